@@ -1,0 +1,43 @@
+/* hakmem: a general-purpose memory allocator.
+ *
+ * Programs get hakmem by LD_PRELOAD=libhakmem.so or by linking -lhakmem, in
+ * which case the standard malloc API (malloc, free, calloc, realloc, ...) is
+ * served by hakmem. The hak_* names below are the same functions under names
+ * that never clash with the C library: use them to call hakmem explicitly, or
+ * in builds configured with -Dinterpose=false (no malloc interposition). */
+#ifndef HAKMEM_H
+#define HAKMEM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void  *hak_malloc(size_t size);
+void   hak_free(void *ptr);
+void  *hak_calloc(size_t nmemb, size_t size);
+void  *hak_realloc(void *ptr, size_t size);
+void  *hak_reallocarray(void *ptr, size_t nmemb, size_t size);
+int    hak_posix_memalign(void **out, size_t alignment, size_t size);
+void  *hak_aligned_alloc(size_t alignment, size_t size);
+void  *hak_memalign(size_t alignment, size_t size);
+void  *hak_valloc(size_t size);
+void  *hak_pvalloc(size_t size);
+size_t hak_malloc_usable_size(void *ptr);
+void   hak_free_sized(void *ptr, size_t size);
+void   hak_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+/* 1 when ptr is a live block start handed out by hakmem, else 0. Never
+ * faults, whatever ptr is. */
+int    hak_owns(const void *ptr);
+
+/* Prints the resolved configuration (the same text as HAKMEM_VERBOSE=1) and,
+ * when stats are on, the counters, to stderr. */
+void   hak_print_config(void);
+void   hak_print_stats(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,243 @@
+#include "backend/heap.h"
+#include "backend/os.h"
+
+#include <string.h>
+
+static struct {
+    hak_spinlock_t lock;
+    struct hak_heap *all;
+    struct hak_heap *abandoned;
+} heaps = { .lock = HAK_SPINLOCK_INIT };
+
+struct hak_heap *hak_heap_acquire(void) {
+    hak_spin_lock(&heaps.lock);
+    struct hak_heap *h = heaps.abandoned;
+    if (h) heaps.abandoned = h->next_abandoned;
+    hak_spin_unlock(&heaps.lock);
+    if (h) {
+        h->next_abandoned = NULL;
+        return h;
+    }
+    h = hak_os_meta_alloc(sizeof *h);
+    if (!h) return NULL;
+    memset(h, 0, sizeof *h);
+    hak_spin_lock(&heaps.lock);
+    h->next_all = heaps.all;
+    heaps.all = h;
+    hak_spin_unlock(&heaps.lock);
+    return h;
+}
+
+/* ---- runs and SuperSlabs ------------------------------------------------ */
+
+static void partial_push(struct hak_heap *h, struct hak_slab *s) {
+    s->state = HAK_SLAB_PARTIAL;
+    s->prev = NULL;
+    s->next = h->partial[s->cls];
+    if (s->next) s->next->prev = s;
+    h->partial[s->cls] = s;
+}
+
+static void partial_unlink(struct hak_heap *h, struct hak_slab *s) {
+    if (s->prev) s->prev->next = s->next;
+    else h->partial[s->cls] = s->next;
+    if (s->next) s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+}
+
+static void ss_unlink(struct hak_heap *h, struct hak_superslab *ss) {
+    if (ss->prev) ss->prev->next = ss->next;
+    else h->ss_list = ss->next;
+    if (ss->next) ss->next->prev = ss->prev;
+    h->ss_count--;
+}
+
+/* A run with no block out goes back to its SuperSlab; a SuperSlab with no
+ * run goes back to the pool, except the heap's last one (so a heap that
+ * oscillates around one SuperSlab does not churn). */
+static void run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last) {
+    hak_ss_run_free(ss, s);
+    h->st.runs_freed++;
+    if (ss->free_mask == HAK_SS_ALL_FREE && (!keep_last || h->ss_count > 1)) {
+        ss_unlink(h, ss);
+        h->st.ss_released++;
+        hak_ss_release(ss);
+    }
+}
+
+static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
+    for (struct hak_superslab *ss = h->ss_list; ss; ss = ss->next) {
+        if (!ss->free_mask) continue;
+        struct hak_slab *s = hak_ss_run_alloc(ss, cls);
+        if (s) { h->st.runs_made++; return s; }
+    }
+    struct hak_superslab *ss = hak_ss_acquire(h);
+    if (!ss) return NULL;
+    h->st.ss_acquired++;
+    ss->prev = NULL;
+    ss->next = h->ss_list;
+    if (ss->next) ss->next->prev = ss;
+    h->ss_list = ss;
+    h->ss_count++;
+    h->st.runs_made++;
+    return hak_ss_run_alloc(ss, cls);
+}
+
+/* Gives one block back to its run; the caller owns the run's heap. */
+static void slab_put(struct hak_heap *h, void *p) {
+    struct hak_superslab *ss = hak_ss_of(p);
+    struct hak_slab *s = hak_slab_of(ss, p);
+    *(void **)p = s->free;
+    s->free = p;
+    s->nfree++;
+    s->used--;
+    if (s->state == HAK_SLAB_CURRENT) return;
+    if (s->used == 0) {
+        if (s->state == HAK_SLAB_PARTIAL) partial_unlink(h, s);
+        run_release(h, ss, s, 1);
+    } else if (s->state == HAK_SLAB_FULL) {
+        partial_push(h, s);
+    }
+}
+
+/* ---- refill / flush / remote ------------------------------------------- */
+
+unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+    if (atomic_load_explicit(&h->inbox, memory_order_relaxed))
+        hak_heap_drain_inbox(h);
+    struct hak_slab *s = h->current[cls];
+    for (;;) {
+        if (!s) {
+            s = h->partial[cls];
+            if (s) partial_unlink(h, s);
+            else if (!(s = run_new(h, cls))) return 0;
+            s->state = HAK_SLAB_CURRENT;
+            h->current[cls] = s;
+        }
+        unsigned got = 0;
+        if (s->nfree) {
+            /* take the first `want` blocks of the run's free list */
+            void *first = s->free, *last = first;
+            got = 1;
+            while (got < want && *(void **)last) { last = *(void **)last; got++; }
+            s->free = *(void **)last;
+            s->nfree -= got;
+            *(void **)last = bin->head;
+            bin->head = first;
+        } else if (s->carved < s->capacity) {
+            unsigned room = s->capacity - s->carved;
+            got = want < room ? want : room;
+            char *p = s->start + (size_t)s->carved * s->block_size;
+            s->carved += got;
+            /* link back to front so the bin hands out ascending addresses */
+            void *head = bin->head;
+            for (unsigned i = got; i-- > 0;) {
+                void *b = p + (size_t)i * s->block_size;
+                *(void **)b = head;
+                head = b;
+            }
+            bin->head = head;
+        }
+        if (got) {
+            s->used += got;
+            bin->count += got;
+            h->st.refills++;
+            h->st.refilled_blocks += got;
+            h->st.class_refills[cls]++;
+            return got;
+        }
+        s->state = HAK_SLAB_FULL;   /* exhausted: off every list until a block returns */
+        h->current[cls] = NULL;
+        s = NULL;
+    }
+}
+
+static void remote_push(struct hak_heap *owner, void *first, void *last) {
+    void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
+    do {
+        *(void **)last = old;
+    } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &old, first,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
+    struct hak_heap *chain_owner = NULL;
+    void *chain_first = NULL, *chain_last = NULL;
+    unsigned chain_len = 0;
+    h->st.flushes++;
+    h->st.flushed_blocks += n;
+    for (unsigned i = 0; i < n && bin->head; i++) {
+        void *p = bin->head;
+        bin->head = *(void **)p;
+        bin->count--;
+        struct hak_heap *owner = hak_ss_of(p)->owner;
+        if (owner == h) { slab_put(h, p); continue; }
+        if (owner != chain_owner && chain_first) {
+            remote_push(chain_owner, chain_first, chain_last);
+            h->st.remote_pushes++;
+            chain_first = NULL;
+        }
+        if (!chain_first) { chain_owner = owner; chain_first = p; chain_len = 0; }
+        else *(void **)chain_last = p;
+        chain_last = p;
+        chain_len++;
+        h->st.remote_blocks++;
+    }
+    if (chain_first) {
+        remote_push(chain_owner, chain_first, chain_last);
+        h->st.remote_pushes++;
+    }
+    (void)chain_len;
+}
+
+void hak_heap_drain_inbox(struct hak_heap *h) {
+    void *p = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
+    if (!p) return;
+    h->st.inbox_drains++;
+    while (p) {
+        void *next = *(void **)p;
+        slab_put(h, p);
+        h->st.inbox_blocks++;
+        p = next;
+    }
+}
+
+/* ---- thread exit -------------------------------------------------------- */
+
+void hak_heap_abandon(struct hak_heap *h) {
+    hak_heap_drain_inbox(h);
+    for (unsigned c = 0; c < HAK_NCLASS; c++) {
+        struct hak_slab *s = h->current[c];
+        if (!s) continue;
+        h->current[c] = NULL;
+        if (s->used == 0) run_release(h, hak_ss_of(s->start), s, 0);
+        else if (s->nfree || s->carved < s->capacity) partial_push(h, s);
+        else s->state = HAK_SLAB_FULL;
+    }
+    /* an empty heap keeps nothing: its last SuperSlab goes back too */
+    struct hak_superslab *ss = h->ss_list;
+    while (ss) {
+        struct hak_superslab *next = ss->next;
+        if (ss->free_mask == HAK_SS_ALL_FREE) {
+            ss_unlink(h, ss);
+            h->st.ss_released++;
+            hak_ss_release(ss);
+        }
+        ss = next;
+    }
+    hak_spin_lock(&heaps.lock);
+    h->next_abandoned = heaps.abandoned;
+    heaps.abandoned = h;
+    hak_spin_unlock(&heaps.lock);
+}
+
+void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg) {
+    hak_spin_lock(&heaps.lock);
+    struct hak_heap *h = heaps.all;
+    hak_spin_unlock(&heaps.lock);
+    for (; h; h = h->next_all) fn(h, arg);
+}
+
+void hak_heap_fork_prepare(void) { hak_spin_lock(&heaps.lock); }
+void hak_heap_fork_parent(void) { hak_spin_unlock(&heaps.lock); }
+void hak_heap_fork_child(void) { hak_spin_unlock(&heaps.lock); }

@@ -1,0 +1,50 @@
+/* A heap: the SuperSlabs one thread owns, with per-class runs, and an inbox
+ * for blocks other threads free. Only the owner thread touches a heap's
+ * fields, except `inbox`, which others push to with one CAS (lock-free,
+ * never a mutex). A heap outlives its thread: when the thread exits the heap
+ * is abandoned, then adopted whole by the next thread that starts, so blocks
+ * still alive elsewhere stay valid and their memory is reused. */
+#ifndef HAK_HEAP_H
+#define HAK_HEAP_H
+
+#include "backend/superslab.h"
+#include "core/tls.h"
+
+struct hak_heap_stats {
+    uint64_t refills, refilled_blocks;
+    uint64_t flushes, flushed_blocks;
+    uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
+    uint64_t runs_made, runs_freed, ss_acquired, ss_released;
+    uint64_t class_refills[HAK_NCLASS];
+};
+
+struct hak_heap {
+    _Atomic(void *) inbox;            /* remote frees, any thread pushes */
+    char pad_inbox[56];               /* keep it off the owner's hot line */
+    struct hak_slab *current[HAK_NCLASS];
+    struct hak_slab *partial[HAK_NCLASS];
+    struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
+    unsigned ss_count;
+    struct hak_heap *next_all;        /* registry of every heap (stats) */
+    struct hak_heap *next_abandoned;
+    struct hak_heap_stats st;
+};
+
+struct hak_heap *hak_heap_acquire(void);   /* adopt an abandoned heap or make one */
+void hak_heap_abandon(struct hak_heap *h); /* after its thread's caches were flushed */
+
+/* Moves up to want blocks of class cls onto the bin. Returns how many
+ * (0: out of memory). */
+unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
+/* Returns the first n blocks of the bin to their runs (own ones directly,
+ * other heaps' through their inboxes, one CAS per batch). */
+void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);
+void hak_heap_drain_inbox(struct hak_heap *h);
+
+/* Visits every heap ever made (stats). */
+void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg);
+void hak_heap_fork_prepare(void);
+void hak_heap_fork_parent(void);
+void hak_heap_fork_child(void);
+
+#endif

@@ -1,0 +1,93 @@
+#define _GNU_SOURCE
+#include "backend/os.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <sys/mman.h>
+
+void hak_spin_lock_slow(hak_spinlock_t *l) {
+    for (unsigned spins = 0;; spins++) {
+        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
+            if (spins++ < 64) __builtin_ia32_pause();
+            else sched_yield();
+        }
+        if (atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0)
+            return;
+    }
+}
+
+void *hak_os_map_aligned(size_t size, size_t align) {
+    int saved = errno;
+    /* Try the exact size first: the kernel often hands out aligned addresses
+     * when the previous mapping ended on one. */
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) { errno = saved; return NULL; }
+    if (((uintptr_t)p & (align - 1)) == 0) return p;
+    munmap(p, size);
+    size_t over = size + align;
+    if (over < size) { errno = saved; return NULL; }
+    char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) { errno = saved; return NULL; }
+    char *aligned = (char *)hak_align_up((uintptr_t)raw, align);
+    if (aligned > raw) munmap(raw, (size_t)(aligned - raw));
+    size_t tail = (size_t)(raw + over - (aligned + size));
+    if (tail) munmap(aligned + size, tail);
+    errno = saved;
+    return aligned;
+}
+
+void hak_os_unmap(void *p, size_t size) {
+    int saved = errno;
+    munmap(p, size);
+    errno = saved;
+}
+
+void hak_os_purge(void *p, size_t size) {
+    int saved = errno;
+    madvise(p, size, MADV_DONTNEED);
+    errno = saved;
+}
+
+void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align) {
+    int saved = errno;
+    /* Growing in place keeps the address (and its alignment). */
+    void *q = mremap(p, old_size, new_size, 0);
+    if (q != MAP_FAILED) { errno = saved; return q; }
+    /* Otherwise reserve an aligned home and move the pages there (no copy). */
+    void *dst = hak_os_map_aligned(new_size, align);
+    if (!dst) { errno = saved; return NULL; }
+    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+    if (q == MAP_FAILED) {
+        munmap(dst, new_size);
+        errno = saved;
+        return NULL;
+    }
+    errno = saved;
+    return q;
+}
+
+/* Metadata (heaps) comes from a bump region refilled 64 KiB at a time. */
+static hak_spinlock_t meta_lock = HAK_SPINLOCK_INIT;
+static char *meta_cur, *meta_end;
+
+void *hak_os_meta_alloc(size_t size) {
+    size = hak_align_up(size, 64);
+    hak_spin_lock(&meta_lock);
+    if ((size_t)(meta_end - meta_cur) < size) {
+        size_t chunk = size > 65536 ? hak_align_up(size, HAK_PAGE_SIZE) : 65536;
+        int saved = errno;
+        void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        errno = saved;
+        if (p == MAP_FAILED) { hak_spin_unlock(&meta_lock); return NULL; }
+        meta_cur = p;
+        meta_end = meta_cur + chunk;
+    }
+    void *r = meta_cur;
+    meta_cur += size;
+    hak_spin_unlock(&meta_lock);
+    return r;
+}
+
+void hak_os_fork_prepare(void) { hak_spin_lock(&meta_lock); }
+void hak_os_fork_parent(void) { hak_spin_unlock(&meta_lock); }
+void hak_os_fork_child(void) { hak_spin_unlock(&meta_lock); }

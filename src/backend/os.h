@@ -1,0 +1,24 @@
+/* The platform layer: every system call hakmem makes goes through here, so
+ * counting and reasoning about them needs one file. */
+#ifndef HAK_OS_H
+#define HAK_OS_H
+
+#include "core/common.h"
+
+/* Maps size bytes (a multiple of HAK_CHUNK_SIZE) read-write at an address
+ * aligned to align (a power of two >= HAK_CHUNK_SIZE). NULL on failure. */
+void *hak_os_map_aligned(size_t size, size_t align);
+void  hak_os_unmap(void *p, size_t size);
+/* Gives the pages back to the OS; the range stays mapped and reads as zero. */
+void  hak_os_purge(void *p, size_t size);
+/* Moves or grows a mapping to a new aligned place without copying. */
+void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* Zero-filled memory for the allocator's own metadata; never freed. */
+void *hak_os_meta_alloc(size_t size);
+
+
+
+void hak_os_fork_prepare(void);
+void hak_os_fork_parent(void);
+void hak_os_fork_child(void);
+#endif

@@ -1,0 +1,151 @@
+#include "backend/superslab.h"
+#include "backend/chunk_map.h"
+#include "backend/os.h"
+#include "core/options.h"
+
+#include <string.h>
+
+/* Empty SuperSlabs: `ready` ones still hold their pages, `purged` ones were
+ * madvised and fault back in as zero pages when reused. */
+static struct {
+    hak_spinlock_t lock;
+    struct hak_superslab *ready, *purged;
+    size_t nready, npurged;
+    struct hak_ss_pool_stats st;
+} pool = { .lock = HAK_SPINLOCK_INIT };
+
+/* Only the header's first page survives a purge, so the list link and the
+ * purged flag must live there. */
+_Static_assert(offsetof(struct hak_superslab, slab_cls) < HAK_PAGE_SIZE, "header link in first page");
+
+void hak_ss_pool_init(void) { }
+
+static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
+    ss->magic = HAK_SS_MAGIC;
+    ss->owner = owner;
+    ss->next = ss->prev = NULL;
+    ss->free_mask = HAK_SS_ALL_FREE;
+    ss->purged = 0;
+    memset(ss->slab_cls, HAK_CLASS_INVALID, sizeof ss->slab_cls);
+    memset(ss->slab_head, 0, sizeof ss->slab_head);
+    memset(ss->slabs, 0, sizeof ss->slabs);
+    for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) ss->slabs[i].index = (uint8_t)i;
+}
+
+struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
+    struct hak_superslab *ss = NULL;
+    hak_spin_lock(&pool.lock);
+    if (pool.ready) {
+        ss = pool.ready;
+        pool.ready = ss->next;
+        pool.nready--;
+    } else if (pool.purged) {
+        ss = pool.purged;
+        pool.purged = ss->next;
+        pool.npurged--;
+    }
+    if (ss) { pool.st.reused++; pool.st.live++; }
+    hak_spin_unlock(&pool.lock);
+    if (!ss) {
+        ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
+        if (!ss) return NULL;
+        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, hak_ss_chunk_tag, hak_ss_chunk_tag);
+        hak_spin_lock(&pool.lock);
+        pool.st.mapped++;
+        pool.st.live++;
+        hak_spin_unlock(&pool.lock);
+    }
+    ss_format(ss, owner);
+    return ss;
+}
+
+void hak_ss_release(struct hak_superslab *ss) {
+    ss->owner = NULL;
+    size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
+    hak_spin_lock(&pool.lock);
+    pool.st.live--;
+    if (pool.nready < keep) {
+        ss->next = pool.ready;
+        pool.ready = ss;
+        pool.nready++;
+        hak_spin_unlock(&pool.lock);
+        return;
+    }
+    /* Past the cache: keep the address range (reuse costs no mmap), give the
+     * pages back. Past eight times the cache, unmap it for good. */
+    int unmap = pool.npurged >= 8 * (keep ? keep : 1);
+    if (unmap) pool.st.unmapped++; else pool.st.purged++;
+    hak_spin_unlock(&pool.lock);
+    if (unmap) {
+        hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
+        hak_os_unmap(ss, HAK_CHUNK_SIZE);
+        return;
+    }
+    hak_os_purge((char *)ss + HAK_PAGE_SIZE, HAK_CHUNK_SIZE - HAK_PAGE_SIZE);
+    ss->purged = 1;
+    hak_spin_lock(&pool.lock);
+    ss->next = pool.purged;
+    pool.purged = ss;
+    pool.npurged++;
+    hak_spin_unlock(&pool.lock);
+}
+
+unsigned hak_ss_run_slabs(unsigned cls) {
+    size_t bs = hak_class_size[cls];
+    size_t n = (8 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
+    return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
+}
+
+struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
+    unsigned n = hak_ss_run_slabs(cls);
+    uint32_t want = (n == 32) ? 0xFFFFFFFFu : ((1u << n) - 1);
+    for (unsigned i = 1; i + n <= HAK_SLABS_PER_SS; i++) {
+        if (((ss->free_mask >> i) & want) != want) continue;
+        ss->free_mask &= ~(want << i);
+        struct hak_slab *s = &ss->slabs[i];
+        uint32_t bs = hak_class_size[cls];
+        s->free = NULL;
+        s->start = (char *)ss + ((size_t)i << HAK_SLAB_SHIFT);
+        s->next = s->prev = NULL;
+        s->nfree = 0;
+        s->used = 0;
+        s->carved = 0;
+        s->capacity = (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
+        s->block_size = bs;
+        s->block_recip = (uint32_t)((((uint64_t)1 << 32) + bs - 1) / bs);
+        s->cls = (uint8_t)cls;
+        s->nslabs = (uint8_t)n;
+        s->state = HAK_SLAB_CURRENT;
+        for (unsigned k = 0; k < n; k++) {
+            ss->slab_head[i + k] = (uint8_t)i;
+            if (k) ss->slabs[i + k].state = HAK_SLAB_TAIL;
+        }
+        /* Tag last: the inline free path may read the tag as soon as a block
+         * escapes, which only happens after this function returns. */
+        for (unsigned k = 0; k < n; k++) ss->slab_cls[i + k] = (uint8_t)cls;
+        return s;
+    }
+    return NULL;
+}
+
+void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
+    unsigned i = s->index, n = s->nslabs;
+    for (unsigned k = 0; k < n; k++) {
+        ss->slab_cls[i + k] = HAK_CLASS_INVALID;
+        ss->slabs[i + k].state = HAK_SLAB_FREE;
+    }
+    s->nslabs = 0;
+    uint32_t bits = (n == 32) ? 0xFFFFFFFFu : ((1u << n) - 1);
+    ss->free_mask |= bits << i;
+}
+
+void hak_ss_fork_prepare(void) { hak_spin_lock(&pool.lock); }
+void hak_ss_fork_parent(void) { hak_spin_unlock(&pool.lock); }
+void hak_ss_fork_child(void) { hak_spin_unlock(&pool.lock); }
+
+void hak_ss_pool_stats(struct hak_ss_pool_stats *out) {
+    hak_spin_lock(&pool.lock);
+    *out = pool.st;
+    out->cached = pool.nready + pool.npurged;
+    hak_spin_unlock(&pool.lock);
+}

@@ -1,0 +1,92 @@
+/* SuperSlab pool: 2 MiB-aligned chunks carved into 64 KiB slabs. A run of
+ * one or more contiguous slabs serves one size class; a run freed empty goes
+ * back to its SuperSlab and can then serve any class. Every SuperSlab is
+ * owned by one heap (see heap.h); empty SuperSlabs go to a global cache and
+ * are only given back to the OS lazily, with madvise. */
+#ifndef HAK_SUPERSLAB_H
+#define HAK_SUPERSLAB_H
+
+#include "core/common.h"
+#include "core/size_class.h"
+
+struct hak_heap;
+
+enum hak_slab_state {
+    HAK_SLAB_FREE = 0,   /* not part of any run */
+    HAK_SLAB_CURRENT,    /* the heap allocates from it for its class */
+    HAK_SLAB_PARTIAL,    /* on the heap's partial list: has free blocks */
+    HAK_SLAB_FULL,       /* every block handed out; on no list */
+    HAK_SLAB_TAIL,       /* a later slab of a multi-slab run */
+};
+
+/* Metadata of a run; lives in the SuperSlab header, indexed by the run's
+ * first slab. Touched only by the owning heap's thread. */
+struct hak_slab {
+    void *free;              /* local free list */
+    char *start;             /* first block */
+    struct hak_slab *next, *prev;   /* heap partial list */
+    uint32_t nfree;          /* blocks on the free list */
+    uint32_t used;           /* blocks handed out (to caches or users) */
+    uint32_t carved;         /* blocks carved so far; the rest is untouched */
+    uint32_t capacity;
+    uint32_t block_size;
+    uint32_t block_recip;    /* ceil(2^32 / block_size): offset -> index */
+    uint8_t cls;
+    uint8_t nslabs;
+    uint8_t state;
+    uint8_t index;           /* slab index in its SuperSlab */
+};
+
+#define HAK_SS_MAGIC 0x68616b6d53536c62ull   /* "hakmSSlb" */
+
+struct hak_superslab {
+    uint64_t magic;
+    struct hak_heap *owner;
+    struct hak_superslab *next, *prev;   /* heap list, or global pool list */
+    uint32_t free_mask;      /* bit i set: slab i free */
+    uint32_t purged;         /* pages given back while in the global pool */
+    /* class tag of every slab, read by the inline free path: runs are tagged
+     * on every slab they cover, free slabs and slab 0 are HAK_CLASS_INVALID */
+    uint8_t slab_cls[HAK_SLABS_PER_SS];
+    uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
+    struct hak_slab slabs[HAK_SLABS_PER_SS];
+};
+
+#define HAK_SS_ALL_FREE 0xFFFFFFFEu   /* slab 0 is the header */
+
+HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
+    return (struct hak_superslab *)((uintptr_t)p & ~(uintptr_t)HAK_CHUNK_MASK);
+}
+HAK_INLINE unsigned hak_slab_index(const void *p) {
+    return (unsigned)(((uintptr_t)p >> HAK_SLAB_SHIFT) & (HAK_SLABS_PER_SS - 1));
+}
+/* The run a block of this SuperSlab belongs to. */
+HAK_INLINE struct hak_slab *hak_slab_of(struct hak_superslab *ss, const void *p) {
+    return &ss->slabs[ss->slab_head[hak_slab_index(p)]];
+}
+/* 1 when p is exactly the start of a block of run s. */
+static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *p) {
+    uintptr_t off = (uintptr_t)p - (uintptr_t)s->start;
+    if ((uintptr_t)p < (uintptr_t)s->start || off >= (uintptr_t)s->capacity * s->block_size) return 0;
+    uint32_t idx = (uint32_t)(((uint64_t)off * s->block_recip) >> 32);
+    return (uintptr_t)idx * s->block_size == off;
+}
+
+/* Global pool (thread-safe). */
+struct hak_superslab *hak_ss_acquire(struct hak_heap *owner);
+void hak_ss_release(struct hak_superslab *ss);
+/* Slabs per run for a class: enough for >= 8 blocks, at most 16 slabs. */
+unsigned hak_ss_run_slabs(unsigned cls);
+/* Runs inside a SuperSlab (owner thread only). */
+struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls);
+void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
+
+void hak_ss_pool_init(void);
+void hak_ss_fork_prepare(void);
+void hak_ss_fork_parent(void);
+void hak_ss_fork_child(void);
+
+struct hak_ss_pool_stats { size_t mapped, reused, cached, purged, unmapped, live; };
+void hak_ss_pool_stats(struct hak_ss_pool_stats *out);
+
+#endif

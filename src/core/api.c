@@ -1,0 +1,263 @@
+/* The public API: hak_* names, and (when built with -Dinterpose=true) the
+ * standard malloc names as aliases of the same code, so LD_PRELOAD or
+ * linking makes hakmem the process allocator. */
+#define _GNU_SOURCE
+#include "hakmem.h"
+#include "core/fastpath.h"
+#include "core/init.h"
+#include "core/options.h"
+#include "front/front.h"
+#include "safety/safety.h"
+#include "backend/heap.h"
+#include "backend/large.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* glibc's own entry points, for pointers hakmem does not own. */
+extern void  __libc_free(void *);
+extern void *__libc_realloc(void *, size_t);
+
+/* ---- misses ------------------------------------------------------------- */
+
+static void *alloc_class(unsigned cls) {
+    struct hak_tls *t = &hak_tls;
+    if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct hak_bin *b = &t->bins[cls];
+    void *p = b->head;
+    if (p) {
+        b->head = *(void **)p;
+        b->count--;
+        return p;
+    }
+    p = hak_front->alloc_miss(t, cls);
+    if (HAK_UNLIKELY(!p)) errno = ENOMEM;
+    return p;
+}
+
+static void *alloc_large(size_t size, size_t align, int zero) {
+    hak_init();
+    return hak_large_alloc(size, align, zero);
+}
+
+HAK_NOINLINE void *hak_alloc_slow(size_t size) {
+    if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
+    return alloc_large(size, 0, 0);
+}
+
+HAK_COLD static void report_invalid(const char *op, const void *p) {
+    long mode = hak_opt(HAK_OPT_ON_ERROR);
+    if (mode == 2) return;   /* ignore */
+    hak_log("hakmem: error: %s(%p): not a block hakmem handed out (interior pointer, "
+            "double free or garbage)%s\n", op, p, mode == 0 ? "; aborting" : "; call ignored");
+    if (mode == 0) abort();
+}
+
+static void free_small(void *p, unsigned cls) {
+    struct hak_tls *t = &hak_tls;
+    if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap())
+        return;   /* no memory even for a heap: the block is lost, never reused twice */
+    struct hak_bin *b = &t->bins[cls];
+    if (b->count < b->max) {
+        *(void **)p = b->head;
+        b->head = p;
+        b->count++;
+        return;
+    }
+    hak_front->free_miss(t, p, cls);
+}
+
+HAK_NOINLINE void hak_free_slow(void *p) {
+    if (!p) return;
+    struct hak_ptr_info info;
+    switch (hak_safety->classify(p, &info)) {
+    case HAK_PTR_SMALL:   free_small(p, info.cls); return;
+    case HAK_PTR_LARGE:   hak_large_free(info.large); return;
+    case HAK_PTR_FOREIGN: __libc_free(p); return;
+    case HAK_PTR_INVALID: report_invalid("free", p); return;
+    }
+}
+
+/* glibc keeps a block's size in the word before it (low 3 bits are flags;
+ * bit 1 marks an mmapped chunk, which has no next-chunk overlap). */
+static size_t foreign_usable_size(const void *p) {
+    size_t word = ((const size_t *)p)[-1];
+    size_t chunk = word & ~(size_t)7;
+    return chunk - ((word & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
+}
+
+/* ---- the API ------------------------------------------------------------ */
+
+HAK_EXPORT void *hak_malloc(size_t size) { return hak_alloc_inline(size); }
+
+HAK_EXPORT void hak_free(void *p) { hak_free_inline(p); }
+
+HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
+    size_t total;
+    if (HAK_UNLIKELY(__builtin_mul_overflow(n, size, &total))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total > HAK_SMALL_MAX) return alloc_large(total, 0, 1);
+    void *p = hak_alloc_inline(total);
+    if (HAK_LIKELY(p != NULL)) memset(p, 0, total);
+    return p;
+}
+
+static void *alloc_aligned(size_t align, size_t size) {
+    if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
+    if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
+        /* Runs start on 64 KiB boundaries, so every block of a class whose
+         * size is a multiple of align is aligned. */
+        for (unsigned c = hak_class_of(size); c < HAK_NCLASS; c++)
+            if ((hak_class_size[c] & (align - 1)) == 0) return alloc_class(c);
+    }
+    return alloc_large(size, align, 0);
+}
+
+static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
+
+HAK_EXPORT int hak_posix_memalign(void **out, size_t align, size_t size) {
+    if (!is_pow2(align) || align % sizeof(void *)) return EINVAL;
+    int saved = errno;
+    void *p = alloc_aligned(align, size);
+    errno = saved;
+    if (!p) return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+HAK_EXPORT void *hak_aligned_alloc(size_t align, size_t size) {
+    if (!is_pow2(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return alloc_aligned(align, size);
+}
+
+HAK_EXPORT void *hak_memalign(size_t align, size_t size) {
+    if (align > ((size_t)1 << 62)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (!is_pow2(align)) {          /* glibc rounds up to a power of two */
+        size_t a = HAK_ALIGNMENT;
+        while (a < align) a <<= 1;
+        align = a;
+    }
+    return alloc_aligned(align, size);
+}
+
+HAK_EXPORT void *hak_valloc(size_t size) { return alloc_aligned(HAK_PAGE_SIZE, size); }
+
+HAK_EXPORT void *hak_pvalloc(size_t size) {
+    if (size > SIZE_MAX - HAK_PAGE_SIZE) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t rounded = hak_align_up(size ? size : 1, HAK_PAGE_SIZE);
+    return alloc_aligned(HAK_PAGE_SIZE, rounded);
+}
+
+HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
+    if (!p) return 0;
+    struct hak_ptr_info info;
+    switch (hak_safety->classify(p, &info)) {
+    case HAK_PTR_SMALL:   return hak_class_size[info.cls];
+    case HAK_PTR_LARGE:   return info.large->usable;
+    case HAK_PTR_FOREIGN: return foreign_usable_size(p);
+    case HAK_PTR_INVALID: report_invalid("malloc_usable_size", p); return 0;
+    }
+    return 0;
+}
+
+static void *move_block(void *p, size_t old_size, size_t size) {
+    void *q = hak_alloc_inline(size);
+    if (!q) return NULL;
+    memcpy(q, p, old_size < size ? old_size : size);
+    hak_free_inline(p);
+    return q;
+}
+
+HAK_EXPORT void *hak_realloc(void *p, size_t size) {
+    if (!p) return hak_alloc_inline(size);
+    if (size == 0) {                 /* glibc: frees and returns NULL */
+        hak_free_inline(p);
+        return NULL;
+    }
+    struct hak_ptr_info info;
+    switch (hak_safety->classify(p, &info)) {
+    case HAK_PTR_SMALL: {
+        size_t old = hak_class_size[info.cls];
+        /* keep it in place unless it would waste three quarters */
+        if (size <= old && (size >= old / 4 || old <= 64)) return p;
+        return move_block(p, old, size);
+    }
+    case HAK_PTR_LARGE: {
+        struct hak_large *h = info.large;
+        if (size > HAK_SMALL_MAX) return hak_large_realloc(h, size);
+        return move_block(p, h->usable, size);
+    }
+    case HAK_PTR_FOREIGN:
+        return __libc_realloc(p, size);
+    case HAK_PTR_INVALID:
+        report_invalid("realloc", p);
+        errno = EINVAL;
+        return NULL;
+    }
+    return NULL;
+}
+
+HAK_EXPORT void *hak_reallocarray(void *p, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return hak_realloc(p, total);
+}
+
+HAK_EXPORT void hak_free_sized(void *p, size_t size) {
+    (void)size;
+    hak_free_inline(p);
+}
+
+HAK_EXPORT void hak_free_aligned_sized(void *p, size_t align, size_t size) {
+    (void)align;
+    (void)size;
+    hak_free_inline(p);
+}
+
+HAK_EXPORT int hak_owns(const void *p) {
+    struct hak_ptr_info info;
+    if (!p) return 0;
+    enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_kind(p), 1, &info);
+    return k == HAK_PTR_SMALL || k == HAK_PTR_LARGE;
+}
+
+HAK_EXPORT void hak_print_config(void) {
+    hak_init();
+    hak_options_print();
+}
+
+/* ---- interposition ------------------------------------------------------ */
+#if HAKMEM_INTERPOSE
+#define HAK_ALIAS(name) __attribute__((alias(name), visibility("default")))
+void  *malloc(size_t) HAK_ALIAS("hak_malloc");
+void   free(void *) HAK_ALIAS("hak_free");
+void  *calloc(size_t, size_t) HAK_ALIAS("hak_calloc");
+void  *realloc(void *, size_t) HAK_ALIAS("hak_realloc");
+void  *reallocarray(void *, size_t, size_t) HAK_ALIAS("hak_reallocarray");
+int    posix_memalign(void **, size_t, size_t) HAK_ALIAS("hak_posix_memalign");
+void  *aligned_alloc(size_t, size_t) HAK_ALIAS("hak_aligned_alloc");
+void  *memalign(size_t, size_t) HAK_ALIAS("hak_memalign");
+void  *valloc(size_t) HAK_ALIAS("hak_valloc");
+void  *pvalloc(size_t) HAK_ALIAS("hak_pvalloc");
+size_t malloc_usable_size(void *) HAK_ALIAS("hak_malloc_usable_size");
+void   free_sized(void *, size_t) HAK_ALIAS("hak_free_sized");
+void   free_aligned_sized(void *, size_t, size_t) HAK_ALIAS("hak_free_aligned_sized");
+#endif

@@ -1,0 +1,53 @@
+/* Shared definitions for every hakmem translation unit: the address layout
+ * constants, branch hints and the spin lock used on rare global paths. */
+#ifndef HAK_COMMON_H
+#define HAK_COMMON_H
+
+#include "config.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+
+#define HAK_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HAK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HAK_INLINE      static inline __attribute__((always_inline))
+#define HAK_NOINLINE    __attribute__((noinline))
+#define HAK_COLD        __attribute__((cold, noinline))
+#define HAK_EXPORT      __attribute__((visibility("default")))
+
+/* Everything hakmem hands out lives in 2 MiB-aligned chunks: a SuperSlab is
+ * one chunk, a large span is one or more. The chunk map (one byte per chunk)
+ * is what makes "is this pointer ours?" an O(1) lookup without a syscall. */
+#define HAK_CHUNK_SHIFT 21
+#define HAK_CHUNK_SIZE  ((size_t)1 << HAK_CHUNK_SHIFT)
+#define HAK_CHUNK_MASK  (HAK_CHUNK_SIZE - 1)
+
+/* A SuperSlab is carved into 32 slabs of 64 KiB; slab 0 holds the header. */
+#define HAK_SLAB_SHIFT  16
+#define HAK_SLAB_SIZE   ((size_t)1 << HAK_SLAB_SHIFT)
+#define HAK_SLABS_PER_SS 32
+
+#define HAK_ALIGNMENT   16
+#define HAK_PAGE_SIZE   4096
+
+/* Lower and upper bound of user-space addresses the chunk map covers. */
+#define HAK_ADDR_BITS   47
+
+static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
+ * cache, heap adoption). It never sleeps in the kernel: no futex can come
+ * from hakmem. Contention backs off with sched_yield. */
+typedef struct { atomic_int v; } hak_spinlock_t;
+#define HAK_SPINLOCK_INIT { 0 }
+void hak_spin_lock_slow(hak_spinlock_t *l);
+static inline void hak_spin_lock(hak_spinlock_t *l) {
+    if (HAK_LIKELY(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0))
+        return;
+    hak_spin_lock_slow(l);
+}
+static inline void hak_spin_unlock(hak_spinlock_t *l) {
+    atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
+#endif

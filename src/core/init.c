@@ -1,0 +1,114 @@
+#include "core/init.h"
+#include "core/options.h"
+#include "core/tls.h"
+#include "front/front.h"
+#include "safety/safety.h"
+#include "backend/chunk_map.h"
+#include "backend/heap.h"
+#include "backend/large.h"
+#include "backend/os.h"
+#include "backend/superslab.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+__thread struct hak_tls hak_tls __attribute__((tls_model("initial-exec")));
+
+/* Defaults until init chooses: the boxes work before the environment is
+ * read (a free of a foreign pointer can come before any malloc). */
+const struct hak_front_ops *hak_front = &hak_front_tcache;
+const struct hak_safety_ops *hak_safety = &hak_safety_registry;
+
+atomic_int hak_init_state;
+static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
+static pthread_key_t thread_key;
+
+static const struct hak_front_ops *const fronts[] = { &hak_front_tcache, &hak_front_direct };
+static const struct hak_safety_ops *const safeties[] = {
+    &hak_safety_registry, &hak_safety_trust,
+#if HAVE_MINCORE_BOX
+    &hak_safety_mincore,
+#endif
+};
+
+static void thread_exit(void *arg);
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+void hak_init_slow(void) {
+    hak_spin_lock(&init_lock);
+    if (atomic_load_explicit(&hak_init_state, memory_order_relaxed) == 2) {
+        hak_spin_unlock(&init_lock);
+        return;
+    }
+    /* Nothing in here may call malloc: the lock is not recursive. */
+    hak_options_init(environ);
+    hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
+    hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
+    hak_ss_chunk_tag = hak_safety->ss_chunk_tag;
+    hak_ss_pool_init();
+    pthread_key_create(&thread_key, thread_exit);
+    atomic_store_explicit(&hak_init_state, 2, memory_order_release);
+    hak_spin_unlock(&init_lock);
+
+    /* These may allocate, which is fine now. */
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
+}
+
+struct hak_heap *hak_thread_heap(void) {
+    struct hak_tls *t = &hak_tls;
+    if (HAK_LIKELY(t->state == 1)) return t->heap;
+    hak_init();
+    struct hak_heap *h = hak_heap_acquire();
+    if (!h) return NULL;
+    t->heap = h;
+    for (unsigned c = 0; c < HAK_NCLASS; c++) t->bins[c].max = hak_front->capacity(c);
+    t->bins[HAK_CLASS_INVALID].max = 0;
+    t->state = 1;
+    /* Registers thread_exit for this thread; may allocate (now served). */
+    pthread_setspecific(thread_key, h);
+    return h;
+}
+
+/* Runs at thread exit (and again if a later destructor allocated). */
+static void thread_exit(void *arg) {
+    (void)arg;
+    struct hak_tls *t = &hak_tls;
+    if (t->state != 1) return;
+    hak_front->flush_all(t);
+    for (unsigned c = 0; c < HAK_NBINS; c++) {
+        t->bins[c].head = NULL;
+        t->bins[c].count = 0;
+        t->bins[c].max = 0;
+    }
+    t->state = 2;
+    hak_heap_abandon(t->heap);
+    t->heap = NULL;
+}
+
+/* fork(): hold every global lock across it so the child never inherits one
+ * taken by a thread that does not exist there. Per-thread heaps need no
+ * lock; those of threads that vanish in the child are simply never used. */
+static void fork_prepare(void) {
+    hak_heap_fork_prepare();
+    hak_ss_fork_prepare();
+    hak_large_fork_prepare();
+    hak_os_fork_prepare();
+}
+static void fork_parent(void) {
+    hak_os_fork_parent();
+    hak_large_fork_parent();
+    hak_ss_fork_parent();
+    hak_heap_fork_parent();
+}
+static void fork_child(void) {
+    hak_os_fork_child();
+    hak_large_fork_child();
+    hak_ss_fork_child();
+    hak_heap_fork_child();
+}

@@ -1,0 +1,15 @@
+/* Process and thread life: set-up on the first call, thread exit, fork. */
+#ifndef HAK_INIT_H
+#define HAK_INIT_H
+
+#include "core/common.h"
+
+extern atomic_int hak_init_state;   /* 2 once the process is set up */
+void hak_init_slow(void);
+
+static inline void hak_init(void) {
+    if (HAK_UNLIKELY(atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2))
+        hak_init_slow();
+}
+
+#endif

@@ -1,0 +1,123 @@
+#include "core/options.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct hak_option hak_options[HAK_OPT_COUNT] = {
+    [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_CHOICE,
+        { "tcache", "none" }, HAKMEM_DEFAULT_FRONT,
+        "front cache box: tcache = per-thread size-class caches; none = every call goes to the backend", 0, 0 },
+    [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_CHOICE,
+#if HAVE_MINCORE_BOX
+        { "registry", "none", "mincore" },
+#else
+        { "registry", "none" },
+#endif
+        HAKMEM_DEFAULT_SAFETY,
+        "safety box: registry = O(1) chunk map + block checks; none = chunk map only, no block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
+    [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
+        { "abort", "warn", "ignore" }, "abort",
+        "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },
+    [HAK_OPT_VERBOSE] = { "verbose", "HAKMEM_VERBOSE", HAK_OPT_BOOL, { 0 }, "0",
+        "print the resolved configuration to stderr at start-up", 0, 0 },
+    [HAK_OPT_STATS] = { "stats", "HAKMEM_STATS", HAK_OPT_BOOL, { 0 }, "0",
+        "print allocator counters to stderr at exit", 0, 0 },
+    [HAK_OPT_SS_CACHE] = { "ss_cache", "HAKMEM_SS_CACHE", HAK_OPT_NUMBER, { 0 }, "8",
+        "empty SuperSlabs (2 MiB each) kept ready; beyond that their memory is returned with madvise", 0, 0 },
+    [HAK_OPT_LARGE_CACHE_MB] = { "large_cache_mb", "HAKMEM_LARGE_CACHE_MB", HAK_OPT_NUMBER, { 0 }, "64",
+        "MiB of freed large spans kept mapped for reuse; beyond that they are unmapped", 0, 0 },
+};
+
+void hak_log(const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+    (void)w;
+}
+
+/* Returns 1 and stores the parsed value when text is valid for opt. */
+static int parse_value(const struct hak_option *opt, const char *text, long *out) {
+    switch (opt->kind) {
+    case HAK_OPT_CHOICE:
+        for (long i = 0; i < 4 && opt->choices[i]; i++)
+            if (strcmp(text, opt->choices[i]) == 0) { *out = i; return 1; }
+        return 0;
+    case HAK_OPT_BOOL:
+        if (!strcmp(text, "1") || !strcmp(text, "yes") || !strcmp(text, "true") || !strcmp(text, "on")) { *out = 1; return 1; }
+        if (!strcmp(text, "0") || !strcmp(text, "no") || !strcmp(text, "false") || !strcmp(text, "off") || !*text) { *out = 0; return 1; }
+        return 0;
+    case HAK_OPT_NUMBER: {
+        char *end;
+        long v = strtol(text, &end, 10);
+        if (end == text || *end || v < 0) return 0;
+        *out = v;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+static void describe_choices(const struct hak_option *opt, char *buf, size_t len) {
+    buf[0] = 0;
+    if (opt->kind == HAK_OPT_BOOL) { snprintf(buf, len, "0 or 1"); return; }
+    if (opt->kind == HAK_OPT_NUMBER) { snprintf(buf, len, "a number >= 0"); return; }
+    size_t used = 0;
+    for (int i = 0; i < 4 && opt->choices[i]; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "|" : "", opt->choices[i]);
+}
+
+void hak_options_init(char **envp) {
+    for (int i = 0; i < HAK_OPT_COUNT; i++) {
+        struct hak_option *opt = &hak_options[i];
+        long v = 0;
+        if (!parse_value(opt, opt->default_value, &v)) v = 0;  /* build default not compiled in */
+        opt->value = v;
+        opt->source = "default";
+    }
+    if (!envp) return;
+    for (char **e = envp; *e; e++) {
+        if (strncmp(*e, "HAKMEM_", 7) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        size_t klen = (size_t)(eq - *e);
+        struct hak_option *opt = NULL;
+        for (int i = 0; i < HAK_OPT_COUNT; i++)
+            if (strlen(hak_options[i].env) == klen && !strncmp(*e, hak_options[i].env, klen))
+                opt = &hak_options[i];
+        if (!opt) {
+            hak_log("hakmem: warning: unknown option %.*s ignored\n", (int)klen, *e);
+            continue;
+        }
+        long v;
+        if (parse_value(opt, eq + 1, &v)) {
+            opt->value = v;
+            opt->source = "env";
+        } else {
+            char allowed[128];
+            describe_choices(opt, allowed, sizeof allowed);
+            hak_log("hakmem: warning: %s=%s is not valid (expected %s); using %s\n",
+                    opt->env, eq + 1, allowed, opt->default_value);
+        }
+    }
+}
+
+void hak_options_print(void) {
+    hak_log("hakmem: version %s\n", HAKMEM_VERSION);
+    for (int i = 0; i < HAK_OPT_COUNT; i++) {
+        const struct hak_option *o = &hak_options[i];
+        if (o->kind == HAK_OPT_CHOICE)
+            hak_log("hakmem: %s = %s (%s%s%s)\n", o->name, o->choices[o->value], o->source,
+                    o->source[0] == 'e' ? " " : "", o->source[0] == 'e' ? o->env : "");
+        else
+            hak_log("hakmem: %s = %ld (%s%s%s)\n", o->name, o->value, o->source,
+                    o->source[0] == 'e' ? " " : "", o->source[0] == 'e' ? o->env : "");
+    }
+}

@@ -1,0 +1,49 @@
+/* Every run-time option in one table: name, environment variable, default,
+ * meaning. The environment is scanned once, at init, from `environ`; nothing
+ * on a hot path ever looks at it again. */
+#ifndef HAK_OPTIONS_H
+#define HAK_OPTIONS_H
+
+#include "core/common.h"
+
+enum hak_option_id {
+    HAK_OPT_FRONT,
+    HAK_OPT_SAFETY,
+    HAK_OPT_ON_ERROR,
+    HAK_OPT_VERBOSE,
+    HAK_OPT_STATS,
+    HAK_OPT_SS_CACHE,
+    HAK_OPT_LARGE_CACHE_MB,
+    HAK_OPT_COUNT
+};
+
+enum hak_option_kind { HAK_OPT_CHOICE, HAK_OPT_BOOL, HAK_OPT_NUMBER };
+
+struct hak_option {
+    const char *name;          /* short name, e.g. "front" */
+    const char *env;           /* HAKMEM_FRONT */
+    enum hak_option_kind kind;
+    const char *choices[4];    /* for HAK_OPT_CHOICE, NULL-terminated */
+    const char *default_value;
+    const char *meaning;
+    /* resolved at init */
+    long value;                /* choice index, 0/1, or the number */
+    const char *source;        /* "default", "env", "build" */
+};
+
+extern struct hak_option hak_options[HAK_OPT_COUNT];
+
+/* Scans envp once and resolves every option; warns (one line on stderr) about
+ * unknown HAKMEM_* names and bad values, which keep the default. */
+void hak_options_init(char **envp);
+void hak_options_print(void);
+
+static inline long hak_opt(enum hak_option_id id) { return hak_options[id].value; }
+static inline const char *hak_opt_choice(enum hak_option_id id) {
+    return hak_options[id].choices[hak_options[id].value];
+}
+
+/* Writes a message to stderr with write(2): safe inside the allocator. */
+void hak_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

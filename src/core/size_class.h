@@ -1,0 +1,36 @@
+/* Size classes: 16 B steps up to 128 B, then four classes per doubling up to
+ * HAK_SMALL_MAX (256 KiB). Worst-case internal waste is 25% at a class
+ * boundary, about 8% on average for uniformly random sizes. Requests above
+ * HAK_SMALL_MAX go to the large path. */
+#ifndef HAK_SIZE_CLASS_H
+#define HAK_SIZE_CLASS_H
+
+#include "core/common.h"
+
+#define HAK_TINY_MAX     1024u                 /* front cache range */
+#define HAK_SMALL_MAX    ((size_t)256 << 10)   /* SuperSlab range   */
+#define HAK_NCLASS       52                    /* real classes      */
+#define HAK_CLASS_INVALID HAK_NCLASS           /* tag of slabs not in use */
+#define HAK_NBINS        (HAK_NCLASS + 1)
+#define HAK_TINY_NCLASS  20                    /* classes <= 1 KiB  */
+
+extern const uint32_t hak_class_size[HAK_NCLASS];
+extern const uint8_t  hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1];
+
+/* Class of a request of n bytes, n <= HAK_TINY_MAX: one table load. */
+HAK_INLINE unsigned hak_tiny_class(size_t n) {
+    return hak_tiny_class_index[(n + 15) >> 4];
+}
+
+/* Class of any n <= HAK_SMALL_MAX. */
+static inline unsigned hak_class_of(size_t n) {
+    if (n <= HAK_TINY_MAX)
+        return hak_tiny_class(n);
+    /* four classes per power of two above 1 KiB: 1280, 1536, 1792, 2048, ... */
+    size_t m = n - 1;
+    unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
+    unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
+    return HAK_TINY_NCLASS + (lg - 10) * 4 + quarter;
+}
+
+#endif

@@ -1,0 +1,51 @@
+/* HAKMEM_STATS=1: counters printed at exit. Counters are kept only on miss
+ * paths (refill, flush, remote free, mapping), so they cost nothing on a hit
+ * and need no switch; the option only decides whether they are printed. */
+#include "hakmem.h"
+#include "core/init.h"
+#include "core/options.h"
+#include "backend/heap.h"
+#include "backend/large.h"
+#include "backend/superslab.h"
+
+struct totals { struct hak_heap_stats st; unsigned heaps; };
+
+static void add_heap(struct hak_heap *h, void *arg) {
+    struct totals *t = arg;
+    const uint64_t *src = (const uint64_t *)&h->st;
+    uint64_t *dst = (uint64_t *)&t->st;
+    for (size_t i = 0; i < sizeof h->st / sizeof(uint64_t); i++) dst[i] += src[i];
+    t->heaps++;
+}
+
+HAK_EXPORT void hak_print_stats(void) {
+    struct totals t = { 0 };
+    hak_heap_foreach(add_heap, &t);
+    struct hak_ss_pool_stats ss;
+    hak_ss_pool_stats(&ss);
+    struct hak_large_stats lg;
+    hak_large_stats(&lg);
+    const struct hak_heap_stats *s = &t.st;
+    hak_log("hakmem: stats: heaps %u\n", t.heaps);
+    hak_log("hakmem: front: refills %llu (blocks %llu), flushes %llu (blocks %llu)\n",
+            (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
+            (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
+    hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
+            (unsigned long long)s->remote_blocks, (unsigned long long)s->remote_pushes,
+            (unsigned long long)s->inbox_drains, (unsigned long long)s->inbox_blocks);
+    hak_log("hakmem: superslab: runs made %llu freed %llu; superslabs acquired %llu released %llu; "
+            "pool: mapped %zu reused %zu purged %zu unmapped %zu cached %zu live %zu (%zu MiB)\n",
+            (unsigned long long)s->runs_made, (unsigned long long)s->runs_freed,
+            (unsigned long long)s->ss_acquired, (unsigned long long)s->ss_released,
+            ss.mapped, ss.reused, ss.purged, ss.unmapped, ss.cached, ss.live, ss.live * 2);
+    hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
+            lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
+    for (unsigned c = 0; c < HAK_NCLASS; c++)
+        if (s->class_refills[c])
+            hak_log("hakmem: class %2u (%6u B): refills %llu\n", c, hak_class_size[c],
+                    (unsigned long long)s->class_refills[c]);
+}
+
+__attribute__((destructor)) static void print_stats_at_exit(void) {
+    if (atomic_load(&hak_init_state) == 2 && hak_opt(HAK_OPT_STATS)) hak_print_stats();
+}

@@ -1,0 +1,104 @@
+/* HAKMEM_SAFETY=mincore: the seed allocator's approach, kept for A/B runs.
+ * It does not trust the chunk map: ownership is decided by asking the kernel
+ * whether the chunk's first page is mapped (mincore), then reading the
+ * header magic there. A small per-thread cache of recently confirmed chunks
+ * avoids most syscalls; any unmap by hakmem invalidates it. Every small free
+ * comes here (SuperSlabs get the checked tag), so the cost is visible. */
+#define _GNU_SOURCE
+#include "safety/safety.h"
+#include "backend/chunk_map.h"
+#include "backend/large.h"
+#include "backend/superslab.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define CACHE_WAYS 4
+#define MAX_TAIL_WALK 512
+#define MAPPED_OTHER 0xFFu   /* mapped, but no hakmem header at its start */
+
+static __thread struct {
+    uintptr_t chunk[CACHE_WAYS];
+    uint8_t kind[CACHE_WAYS];
+    unsigned epoch, next;
+} cache __attribute__((tls_model("initial-exec")));
+
+/* Reads a word at a mapped address that may still be unreadable (a guard
+ * page): the kernel copies it for us or reports EFAULT. */
+static int read_word(uintptr_t addr, uint64_t *out) {
+    struct iovec local = { out, sizeof *out }, remote = { (void *)addr, sizeof *out };
+    int saved = errno;
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    errno = saved;
+    return n == (ssize_t)sizeof *out;
+}
+
+static unsigned probe_chunk(uintptr_t base) {
+    unsigned char vec;
+    int saved = errno;
+    int r = mincore((void *)base, HAK_PAGE_SIZE, &vec);
+    errno = saved;
+    if (r != 0) return HAK_CHUNK_NONE;      /* ENOMEM: not mapped */
+    uint64_t magic;
+    if (!read_word(base, &magic)) return HAK_CHUNK_NONE;
+    if (magic == HAK_SS_MAGIC) return HAK_CHUNK_SS_CHECKED;
+    if (magic == HAK_LARGE_MAGIC) return HAK_CHUNK_LARGE;
+    return MAPPED_OTHER;
+}
+
+static unsigned chunk_kind_cached(uintptr_t base) {
+    unsigned epoch = __atomic_load_n(&hak_chunk_unmap_epoch, __ATOMIC_ACQUIRE);
+    if (cache.epoch != epoch) {
+        for (int i = 0; i < CACHE_WAYS; i++) cache.chunk[i] = 0;
+        cache.epoch = epoch;
+    }
+    for (int i = 0; i < CACHE_WAYS; i++)
+        if (cache.chunk[i] == base) return cache.kind[i];
+    unsigned k = probe_chunk(base);
+    if (k != HAK_CHUNK_NONE && k != MAPPED_OTHER) {     /* only positive answers are remembered */
+        unsigned slot = cache.next++ % CACHE_WAYS;
+        cache.chunk[slot] = base;
+        cache.kind[slot] = (uint8_t)k;
+    }
+    return k;
+}
+
+static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *info) {
+    uintptr_t a = (uintptr_t)p;
+    if (a >> HAK_ADDR_BITS) return HAK_PTR_FOREIGN;
+    uintptr_t base = a & ~(uintptr_t)HAK_CHUNK_MASK;
+    unsigned k = chunk_kind_cached(base);
+    if (k == HAK_CHUNK_NONE) return HAK_PTR_FOREIGN;
+    if (k == MAPPED_OTHER) {
+        /* Only a block aligned to 2 MiB or more starts past its span's first
+         * chunk (so is itself chunk aligned): look back for the header over
+         * the span's untouched chunks. */
+        if (a & HAK_CHUNK_MASK) return HAK_PTR_FOREIGN;
+        for (uintptr_t i = 1; i <= MAX_TAIL_WALK && base >= HAK_CHUNK_SIZE * i; i++) {
+            uintptr_t b = base - HAK_CHUNK_SIZE * i;
+            unsigned back = chunk_kind_cached(b);
+            if (back == MAPPED_OTHER) continue;
+            if (back != HAK_CHUNK_LARGE) break;
+            struct hak_large *h = (struct hak_large *)b;
+            if (h->user != p) break;
+            info->large = h;
+            return HAK_PTR_LARGE;
+        }
+        return HAK_PTR_FOREIGN;
+    }
+    if (k == HAK_CHUNK_LARGE) {
+        struct hak_large *h = (struct hak_large *)base;
+        if (h->user != p) return HAK_PTR_INVALID;
+        info->large = h;
+        return HAK_PTR_LARGE;
+    }
+    return hak_classify_in_chunk(p, k, 1, info);
+}
+
+const struct hak_safety_ops hak_safety_mincore = {
+    .name = "mincore",
+    .ss_chunk_tag = HAK_CHUNK_SS_CHECKED,
+    .classify = mincore_classify,
+};

@@ -1,0 +1,42 @@
+/* Default safety box: the chunk map says in one load whether p lies in
+ * hakmem's memory; the SuperSlab header then says whether it is the start of
+ * a block of a live run. No syscall, no search. */
+#include "safety/safety.h"
+#include "backend/chunk_map.h"
+#include "backend/large.h"
+#include "backend/superslab.h"
+
+enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_kind,
+                                        int check_block, struct hak_ptr_info *info) {
+    switch (chunk_kind) {
+    case HAK_CHUNK_SS:
+    case HAK_CHUNK_SS_CHECKED: {
+        struct hak_superslab *ss = hak_ss_of(p);
+        unsigned cls = ss->slab_cls[hak_slab_index(p)];
+        if (cls >= HAK_NCLASS) return HAK_PTR_INVALID;   /* free slab or header */
+        if (check_block && !hak_slab_is_block_start(hak_slab_of(ss, p), p))
+            return HAK_PTR_INVALID;
+        info->cls = cls;
+        return HAK_PTR_SMALL;
+    }
+    case HAK_CHUNK_LARGE:
+    case HAK_CHUNK_LARGE_TAIL: {
+        struct hak_large *h = hak_large_header(p);
+        if (!h || (check_block && h->user != p)) return HAK_PTR_INVALID;
+        info->large = h;
+        return HAK_PTR_LARGE;
+    }
+    default:
+        return HAK_PTR_FOREIGN;
+    }
+}
+
+static enum hak_ptr_kind registry_classify(const void *p, struct hak_ptr_info *info) {
+    return hak_classify_in_chunk(p, hak_chunk_kind(p), 1, info);
+}
+
+const struct hak_safety_ops hak_safety_registry = {
+    .name = "registry",
+    .ss_chunk_tag = HAK_CHUNK_SS,
+    .classify = registry_classify,
+};

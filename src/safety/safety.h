@@ -1,0 +1,49 @@
+/* Safety box contract: "does hakmem own this pointer, and which block is
+ * it?" for free, realloc and malloc_usable_size.
+ *
+ * The inline free path never calls the box: it handles pointers whose chunk
+ * is tagged HAK_CHUNK_SS (see backend/chunk_map.h). A box that wants to see
+ * every free sets ss_chunk_tag to HAK_CHUNK_SS_CHECKED, and then every free
+ * of a small block reaches classify() too.
+ *
+ * classify() must accept any value of p (NULL excluded: callers handle it),
+ * including stack, static, unmapped and garbage addresses, without faulting,
+ * and must not allocate. */
+#ifndef HAK_SAFETY_H
+#define HAK_SAFETY_H
+
+#include "core/common.h"
+
+struct hak_large;
+
+enum hak_ptr_kind {
+    HAK_PTR_FOREIGN,   /* not hakmem's: hand it to the C library */
+    HAK_PTR_SMALL,     /* a block of a SuperSlab run; info.cls is its class */
+    HAK_PTR_LARGE,     /* a large block; info.large is its span */
+    HAK_PTR_INVALID,   /* inside hakmem's memory but not a live block start */
+};
+
+struct hak_ptr_info {
+    unsigned cls;
+    struct hak_large *large;
+};
+
+struct hak_safety_ops {
+    const char *name;
+    uint8_t ss_chunk_tag;
+    enum hak_ptr_kind (*classify)(const void *p, struct hak_ptr_info *info);
+};
+
+extern const struct hak_safety_ops hak_safety_registry;
+extern const struct hak_safety_ops hak_safety_trust;
+#if HAVE_MINCORE_BOX
+extern const struct hak_safety_ops hak_safety_mincore;
+#endif
+extern const struct hak_safety_ops *hak_safety;
+
+/* The checks shared by the boxes once a chunk's kind is known: SuperSlab
+ * block start in a live run, or the exact user pointer of a large span. */
+enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_kind,
+                                        int check_block, struct hak_ptr_info *info);
+
+#endif
