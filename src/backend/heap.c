@@ -71,6 +71,10 @@ static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
         struct hak_slab *s = hak_ss_run_alloc(ss, cls);
         if (s) { h->st.runs_made++; return s; }
     }
+    /* before taking more memory, collect what exited threads' heaps were
+     * sent back (cheap when there is none: one relaxed load) */
+    if (__atomic_load_n(&heaps.abandoned, __ATOMIC_RELAXED))
+        hak_heap_scavenge_abandoned();
     struct hak_superslab *ss = hak_ss_acquire(h);
     if (!ss) return NULL;
     h->st.ss_acquired++;
@@ -204,17 +208,8 @@ void hak_heap_drain_inbox(struct hak_heap *h) {
 
 /* ---- thread exit -------------------------------------------------------- */
 
-void hak_heap_abandon(struct hak_heap *h) {
-    hak_heap_drain_inbox(h);
-    for (unsigned c = 0; c < HAK_NCLASS; c++) {
-        struct hak_slab *s = h->current[c];
-        if (!s) continue;
-        h->current[c] = NULL;
-        if (s->used == 0) run_release(h, hak_ss_of(s->start), s, 0);
-        else if (s->nfree || s->carved < s->capacity) partial_push(h, s);
-        else s->state = HAK_SLAB_FULL;
-    }
-    /* an empty heap keeps nothing: its last SuperSlab goes back too */
+/* Returns every SuperSlab with no run in use to the pool. */
+static void heap_trim(struct hak_heap *h) {
     struct hak_superslab *ss = h->ss_list;
     while (ss) {
         struct hak_superslab *next = ss->next;
@@ -225,6 +220,42 @@ void hak_heap_abandon(struct hak_heap *h) {
         }
         ss = next;
     }
+}
+
+/* Blocks freed into an abandoned heap's inbox would wait for the next thread
+ * to adopt it. Whoever takes the abandoned list owns those heaps for the
+ * moment: drain them and give their empty memory back. */
+void hak_heap_scavenge_abandoned(void) {
+    hak_spin_lock(&heaps.lock);
+    struct hak_heap *list = heaps.abandoned;
+    heaps.abandoned = NULL;
+    hak_spin_unlock(&heaps.lock);
+    if (!list) return;
+    struct hak_heap *last = list;
+    for (struct hak_heap *h = list; h; h = h->next_abandoned) {
+        if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) {
+            hak_heap_drain_inbox(h);
+            heap_trim(h);
+        }
+        last = h;
+    }
+    hak_spin_lock(&heaps.lock);
+    last->next_abandoned = heaps.abandoned;
+    heaps.abandoned = list;
+    hak_spin_unlock(&heaps.lock);
+}
+
+void hak_heap_abandon(struct hak_heap *h) {
+    hak_heap_drain_inbox(h);
+    for (unsigned c = 0; c < HAK_NCLASS; c++) {
+        struct hak_slab *s = h->current[c];
+        if (!s) continue;
+        h->current[c] = NULL;
+        if (s->used == 0) run_release(h, hak_ss_of(s->start), s, 0);
+        else if (s->nfree || s->carved < s->capacity) partial_push(h, s);
+        else s->state = HAK_SLAB_FULL;
+    }
+    heap_trim(h);
     hak_spin_lock(&heaps.lock);
     h->next_abandoned = heaps.abandoned;
     heaps.abandoned = h;

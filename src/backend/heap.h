@@ -40,6 +40,8 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * other heaps' through their inboxes, one CAS per batch). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);
 void hak_heap_drain_inbox(struct hak_heap *h);
+/* Drains and trims every abandoned heap (exited threads' memory). */
+void hak_heap_scavenge_abandoned(void);
 
 /* Visits every heap ever made (stats). */
 void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg);

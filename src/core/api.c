@@ -34,7 +34,7 @@ static void *alloc_class(unsigned cls) {
         b->count--;
         return p;
     }
-    p = hak_front->alloc_miss(t, cls);
+    p = hak_cache_for(cls)->alloc_miss(t, cls);
     if (HAK_UNLIKELY(!p)) errno = ENOMEM;
     return p;
 }
@@ -68,7 +68,7 @@ static void free_small(void *p, unsigned cls) {
         b->count++;
         return;
     }
-    hak_front->free_miss(t, p, cls);
+    hak_cache_for(cls)->free_miss(t, p, cls);
 }
 
 HAK_NOINLINE void hak_free_slow(void *p) {

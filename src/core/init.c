@@ -19,14 +19,26 @@ __thread struct hak_tls hak_tls __attribute__((tls_model("initial-exec")));
 
 /* Defaults until init chooses: the boxes work before the environment is
  * read (a free of a foreign pointer can come before any malloc). */
-const struct hak_front_ops *hak_front = &hak_front_tcache;
+const struct hak_cache_ops *hak_front = &hak_front_tcache;
+#if HAVE_POOL_TLS_BOX
+const struct hak_cache_ops *hak_pool = &hak_pool_tls;
+#else
+const struct hak_cache_ops *hak_pool = &hak_cache_direct;
+#endif
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
 
 atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
 static pthread_key_t thread_key;
 
-static const struct hak_front_ops *const fronts[] = { &hak_front_tcache, &hak_front_direct };
+/* in the order of the choices in core/options.c */
+static const struct hak_cache_ops *const fronts[] = { &hak_front_tcache, &hak_cache_direct };
+static const struct hak_cache_ops *const pools[] = {
+#if HAVE_POOL_TLS_BOX
+    &hak_pool_tls,
+#endif
+    &hak_cache_direct,
+};
 static const struct hak_safety_ops *const safeties[] = {
     &hak_safety_registry, &hak_safety_trust,
 #if HAVE_MINCORE_BOX
@@ -48,6 +60,7 @@ void hak_init_slow(void) {
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_options_init(environ);
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
+    hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
     hak_ss_chunk_tag = hak_safety->ss_chunk_tag;
     hak_ss_pool_init();
@@ -67,7 +80,7 @@ struct hak_heap *hak_thread_heap(void) {
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
     t->heap = h;
-    for (unsigned c = 0; c < HAK_NCLASS; c++) t->bins[c].max = hak_front->capacity(c);
+    for (unsigned c = 0; c < HAK_NCLASS; c++) t->bins[c].max = hak_cache_for(c)->capacity(c);
     t->bins[HAK_CLASS_INVALID].max = 0;
     t->state = 1;
     /* Registers thread_exit for this thread; may allocate (now served). */
@@ -80,7 +93,7 @@ static void thread_exit(void *arg) {
     (void)arg;
     struct hak_tls *t = &hak_tls;
     if (t->state != 1) return;
-    hak_front->flush_all(t);
+    hak_cache_flush_all(t);
     for (unsigned c = 0; c < HAK_NBINS; c++) {
         t->bins[c].head = NULL;
         t->bins[c].count = 0;
@@ -111,4 +124,10 @@ static void fork_child(void) {
     hak_large_fork_child();
     hak_ss_fork_child();
     hak_heap_fork_child();
+}
+
+/* Programs that never allocate still get their options read (and verbose
+ * output) once the library is loaded. */
+__attribute__((constructor)) static void init_at_load(void) {
+    hak_init();
 }

@@ -9,7 +9,15 @@
 struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_CHOICE,
         { "tcache", "none" }, HAKMEM_DEFAULT_FRONT,
-        "front cache box: tcache = per-thread size-class caches; none = every call goes to the backend", 0, 0 },
+        "front cache box for tiny sizes (<= 1 KiB): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0 },
+    [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_CHOICE,
+#if HAVE_POOL_TLS_BOX
+        { "tls", "none" },
+#else
+        { "none" },
+#endif
+        HAKMEM_DEFAULT_POOL,
+        "Pool TLS box for mid sizes (1-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_CHOICE,
 #if HAVE_MINCORE_BOX
         { "registry", "none", "mincore" },

@@ -1,6 +1,8 @@
-/* HAKMEM_FRONT=none: no per-thread caching. Bins have capacity 0, so every
- * malloc and free misses and comes here, one block at a time, straight to the
- * thread's heap. Exists to measure what the front cache buys. */
+/* "none" for the front (HAKMEM_FRONT=none) or the Pool TLS box
+ * (HAKMEM_POOL=none): no per-thread caching. Bins get capacity 0, so every
+ * malloc and free of the box's classes misses and comes here, one block at a
+ * time, straight to the thread's heap in the SuperSlab pool. Exists to
+ * measure what the caches buy. */
 #include "front/front.h"
 #include "backend/heap.h"
 
@@ -22,14 +24,9 @@ static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     hak_heap_flush(t->heap, &one, 1);
 }
 
-static void direct_flush_all(struct hak_tls *t) {
-    (void)t;   /* nothing is ever cached */
-}
-
-const struct hak_front_ops hak_front_direct = {
+const struct hak_cache_ops hak_cache_direct = {
     .name = "none",
     .capacity = direct_capacity,
     .alloc_miss = direct_alloc_miss,
     .free_miss = direct_free_miss,
-    .flush_all = direct_flush_all,
 };

@@ -1,18 +1,20 @@
-/* Front cache box contract.
+/* Per-thread cache box contract, shared by the two boxes that own bins: the
+ * front cache (tiny classes, <= 1 KiB) and the Pool TLS box (mid classes,
+ * 1 KiB to 256 KiB).
  *
- * The front owns the per-thread bins (core/tls.h). Its hit path is NOT in
- * this table: malloc pops bins[cls] and free pushes onto it inline, with no
- * call, when the bin has a block (malloc) or room (free). The ops below run
- * only on a miss, so the chosen implementation costs nothing on a hit.
+ * A box's hit path is NOT in this table: malloc pops bins[cls] and free
+ * pushes onto it inline, with no call, when the bin has a block (malloc) or
+ * room (free). The ops run only on a miss, so which implementation is chosen
+ * costs nothing on a hit.
  *
  * Preconditions for every op: the calling thread is set up (hak_tls.state ==
- * 1, hak_tls.heap != NULL) and cls < HAK_NCLASS. */
+ * 1, hak_tls.heap != NULL) and cls < HAK_NCLASS is in the box's range. */
 #ifndef HAK_FRONT_H
 #define HAK_FRONT_H
 
 #include "core/tls.h"
 
-struct hak_front_ops {
+struct hak_cache_ops {
     const char *name;
     /* Blocks a bin of class cls may hold; 0 makes every call a miss. */
     uint32_t (*capacity)(unsigned cls);
@@ -20,13 +22,27 @@ struct hak_front_ops {
     void *(*alloc_miss)(struct hak_tls *t, unsigned cls);
     /* free found bins[cls] full: take p, a validated block of class cls. */
     void (*free_miss)(struct hak_tls *t, void *p, unsigned cls);
-    /* Thread exit: hand every cached block back to the backend. */
-    void (*flush_all)(struct hak_tls *t);
 };
 
-extern const struct hak_front_ops hak_front_tcache;
-extern const struct hak_front_ops hak_front_direct;
-/* The front chosen at init; frozen afterwards. */
-extern const struct hak_front_ops *hak_front;
+extern const struct hak_cache_ops hak_front_tcache;
+extern const struct hak_cache_ops hak_cache_direct;   /* "none" for either box */
+#if HAVE_POOL_TLS_BOX
+extern const struct hak_cache_ops hak_pool_tls;
+#endif
+
+/* The boxes chosen at init; frozen afterwards. */
+extern const struct hak_cache_ops *hak_front;
+extern const struct hak_cache_ops *hak_pool;
+
+static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
+    return cls < HAK_TINY_NCLASS ? hak_front : hak_pool;
+}
+
+/* Batch moves between a bin and the thread's heap, for caching boxes:
+ * refill half a bin and pop one block; or flush down to half and push p. */
+void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls);
+void  hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls);
+/* Thread exit: every cached block back to the heaps that own it. */
+void  hak_cache_flush_all(struct hak_tls *t);
 
 #endif

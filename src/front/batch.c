@@ -1,0 +1,29 @@
+/* Batch refill and flush between a thread's bins and its heap. Moving half a
+ * bin at a time means the heap (and the one CAS a remote free needs) is
+ * touched once per batch, not once per call. */
+#include "front/front.h"
+#include "backend/heap.h"
+
+void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
+    struct hak_bin *b = &t->bins[cls];
+    unsigned want = b->max / 2;
+    if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
+    void *p = b->head;
+    b->head = *(void **)p;
+    b->count--;
+    return p;
+}
+
+void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
+    struct hak_bin *b = &t->bins[cls];
+    if (b->count >= b->max)
+        hak_heap_flush(t->heap, b, b->count - b->max / 2);
+    *(void **)p = b->head;
+    b->head = p;
+    b->count++;
+}
+
+void hak_cache_flush_all(struct hak_tls *t) {
+    for (unsigned c = 0; c < HAK_NCLASS; c++)
+        if (t->bins[c].count) hak_heap_flush(t->heap, &t->bins[c], t->bins[c].count);
+}
