@@ -22,6 +22,7 @@ static size_t user_offset(size_t align) {
 
 static size_t span_for(size_t size, size_t align) {
     size_t off = user_offset(align);
+    if (size < HAK_ALIGNMENT) size = HAK_ALIGNMENT;   /* the block must lie inside the span */
     if (size > SIZE_MAX - off - HAK_CHUNK_SIZE) return 0;
     return hak_align_up(size + off, HAK_CHUNK_SIZE);
 }

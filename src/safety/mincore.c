@@ -15,7 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CACHE_WAYS 4
+#define CACHE_WAYS 16
 #define MAX_TAIL_WALK 512
 #define MAPPED_OTHER 0xFFu   /* mapped, but no hakmem header at its start */
 
