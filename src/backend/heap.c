@@ -1,5 +1,6 @@
 #include "backend/heap.h"
 #include "backend/os.h"
+#include "core/track.h"
 
 #include <string.h>
 
@@ -91,7 +92,7 @@ static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
 static void slab_put(struct hak_heap *h, void *p) {
     struct hak_superslab *ss = hak_ss_of(p);
     struct hak_slab *s = hak_slab_of(ss, p);
-    *(void **)p = s->free;
+    hak_link_set(p, s->free);
     s->free = p;
     s->nfree++;
     s->used--;
@@ -123,21 +124,23 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
             /* take the first `want` blocks of the run's free list */
             void *first = s->free, *last = first;
             got = 1;
-            while (got < want && *(void **)last) { last = *(void **)last; got++; }
-            s->free = *(void **)last;
+            void *next;
+            while (got < want && (next = hak_link_get(last)) != NULL) { last = next; got++; }
+            s->free = hak_link_get(last);
             s->nfree -= got;
-            *(void **)last = bin->head;
+            hak_link_set(last, bin->head);
             bin->head = first;
         } else if (s->carved < s->capacity) {
             unsigned room = s->capacity - s->carved;
             got = want < room ? want : room;
-            char *p = s->start + (size_t)s->carved * s->block_size;
+            char *p = hak_slab_start(s) + (size_t)s->carved * s->block_size;
             s->carved += got;
             /* link back to front so the bin hands out ascending addresses */
             void *head = bin->head;
             for (unsigned i = got; i-- > 0;) {
                 void *b = p + (size_t)i * s->block_size;
-                *(void **)b = head;
+                hak_track_noaccess(b, s->block_size);
+                hak_link_set(b, head);
                 head = b;
             }
             bin->head = head;
@@ -159,7 +162,7 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
 static void remote_push(struct hak_heap *owner, void *first, void *last) {
     void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
     do {
-        *(void **)last = old;
+        hak_link_set(last, old);
     } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &old, first,
                                                     memory_order_release, memory_order_relaxed));
 }
@@ -172,7 +175,7 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
     h->st.flushed_blocks += n;
     for (unsigned i = 0; i < n && bin->head; i++) {
         void *p = bin->head;
-        bin->head = *(void **)p;
+        bin->head = hak_link_get(p);
         bin->count--;
         struct hak_heap *owner = hak_ss_of(p)->owner;
         if (owner == h) { slab_put(h, p); continue; }
@@ -182,7 +185,7 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
             chain_first = NULL;
         }
         if (!chain_first) { chain_owner = owner; chain_first = p; chain_len = 0; }
-        else *(void **)chain_last = p;
+        else hak_link_set(chain_last, p);
         chain_last = p;
         chain_len++;
         h->st.remote_blocks++;
@@ -199,7 +202,7 @@ void hak_heap_drain_inbox(struct hak_heap *h) {
     if (!p) return;
     h->st.inbox_drains++;
     while (p) {
-        void *next = *(void **)p;
+        void *next = hak_link_get(p);
         slab_put(h, p);
         h->st.inbox_blocks++;
         p = next;
@@ -251,7 +254,7 @@ void hak_heap_abandon(struct hak_heap *h) {
         struct hak_slab *s = h->current[c];
         if (!s) continue;
         h->current[c] = NULL;
-        if (s->used == 0) run_release(h, hak_ss_of(s->start), s, 0);
+        if (s->used == 0) run_release(h, hak_ss_of_slab(s), s, 0);
         else if (s->nfree || s->carved < s->capacity) partial_push(h, s);
         else s->state = HAK_SLAB_FULL;
     }

@@ -105,7 +105,6 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         struct hak_slab *s = &ss->slabs[i];
         uint32_t bs = hak_class_size[cls];
         s->free = NULL;
-        s->start = (char *)ss + ((size_t)i << HAK_SLAB_SHIFT);
         s->next = s->prev = NULL;
         s->nfree = 0;
         s->used = 0;

@@ -23,7 +23,6 @@ enum hak_slab_state {
  * first slab. Touched only by the owning heap's thread. */
 struct hak_slab {
     void *free;              /* local free list */
-    char *start;             /* first block */
     struct hak_slab *next, *prev;   /* heap partial list */
     uint32_t nfree;          /* blocks on the free list */
     uint32_t used;           /* blocks handed out (to caches or users) */
@@ -64,10 +63,21 @@ HAK_INLINE unsigned hak_slab_index(const void *p) {
 HAK_INLINE struct hak_slab *hak_slab_of(struct hak_superslab *ss, const void *p) {
     return &ss->slabs[ss->slab_head[hak_slab_index(p)]];
 }
+/* The SuperSlab holding run metadata s (it lives in the header). */
+HAK_INLINE struct hak_superslab *hak_ss_of_slab(const struct hak_slab *s) {
+    return hak_ss_of(s);
+}
+/* First block of run s: runs start on their first slab's boundary. (Not
+ * stored as a pointer, so that a memory checker scanning the header does not
+ * take it for a reference to that block.) */
+HAK_INLINE char *hak_slab_start(const struct hak_slab *s) {
+    return (char *)hak_ss_of(s) + ((size_t)s->index << HAK_SLAB_SHIFT);
+}
 /* 1 when p is exactly the start of a block of run s. */
 static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *p) {
-    uintptr_t off = (uintptr_t)p - (uintptr_t)s->start;
-    if ((uintptr_t)p < (uintptr_t)s->start || off >= (uintptr_t)s->capacity * s->block_size) return 0;
+    uintptr_t start = (uintptr_t)hak_slab_start(s);
+    uintptr_t off = (uintptr_t)p - start;
+    if ((uintptr_t)p < start || off >= (uintptr_t)s->capacity * s->block_size) return 0;
     uint32_t idx = (uint32_t)(((uint64_t)off * s->block_recip) >> 32);
     return (uintptr_t)idx * s->block_size == off;
 }

@@ -10,6 +10,7 @@
 #include "safety/safety.h"
 #include "backend/heap.h"
 #include "backend/large.h"
+#include "core/track.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ static void *alloc_class(unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     void *p = b->head;
     if (p) {
-        b->head = *(void **)p;
+        b->head = hak_link_get(p);
         b->count--;
         return p;
     }
@@ -63,7 +64,7 @@ static void free_small(void *p, unsigned cls) {
         return;   /* no memory even for a heap: the block is lost, never reused twice */
     struct hak_bin *b = &t->bins[cls];
     if (b->count < b->max) {
-        *(void **)p = b->head;
+        hak_link_set(p, b->head);
         b->head = p;
         b->count++;
         return;
@@ -75,8 +76,8 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     struct hak_ptr_info info;
     switch (hak_safety->classify(p, &info)) {
-    case HAK_PTR_SMALL:   free_small(p, info.cls); return;
-    case HAK_PTR_LARGE:   hak_large_free(info.large); return;
+    case HAK_PTR_SMALL:   hak_track_free(p); free_small(p, info.cls); return;
+    case HAK_PTR_LARGE:   hak_track_free(p); hak_large_free(info.large); return;
     case HAK_PTR_FOREIGN: __libc_free(p); return;
     case HAK_PTR_INVALID: report_invalid("free", p); return;
     }
@@ -92,7 +93,22 @@ static size_t foreign_usable_size(const void *p) {
 
 /* ---- the API ------------------------------------------------------------ */
 
-HAK_EXPORT void *hak_malloc(size_t size) { return hak_alloc_inline(size); }
+/* Usable size of a block hakmem just handed out; memcheck is told about the
+ * whole usable size, since malloc_usable_size() says the program may use it. */
+__attribute__((unused)) static size_t block_usable(void *p) {
+    struct hak_ptr_info info;
+    switch (hak_classify_in_chunk(p, hak_chunk_kind(p), 0, &info)) {
+    case HAK_PTR_SMALL: return hak_class_size[info.cls];
+    case HAK_PTR_LARGE: return info.large->usable;
+    default:            return 0;
+    }
+}
+
+HAK_EXPORT void *hak_malloc(size_t size) {
+    void *p = hak_alloc_inline(size);
+    hak_track_alloc(p, block_usable(p), 0);
+    return p;
+}
 
 HAK_EXPORT void hak_free(void *p) { hak_free_inline(p); }
 
@@ -102,13 +118,18 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (total > HAK_SMALL_MAX) return alloc_large(total, 0, 1);
+    if (total > HAK_SMALL_MAX) {
+        void *p = alloc_large(total, 0, 1);
+        hak_track_alloc(p, block_usable(p), 1);
+        return p;
+    }
     void *p = hak_alloc_inline(total);
+    hak_track_alloc(p, block_usable(p), 0);
     if (HAK_LIKELY(p != NULL)) memset(p, 0, total);
     return p;
 }
 
-static void *alloc_aligned(size_t align, size_t size) {
+static void *alloc_aligned_untracked(size_t align, size_t size) {
     if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
     if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         /* Runs start on 64 KiB boundaries, so every block of a class whose
@@ -117,6 +138,12 @@ static void *alloc_aligned(size_t align, size_t size) {
             if ((hak_class_size[c] & (align - 1)) == 0) return alloc_class(c);
     }
     return alloc_large(size, align, 0);
+}
+
+static void *alloc_aligned(size_t align, size_t size) {
+    void *p = alloc_aligned_untracked(align, size);
+    hak_track_alloc(p, block_usable(p), 0);
+    return p;
 }
 
 static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
@@ -178,13 +205,14 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
 static void *move_block(void *p, size_t old_size, size_t size) {
     void *q = hak_alloc_inline(size);
     if (!q) return NULL;
+    hak_track_alloc(q, block_usable(q), 0);
     memcpy(q, p, old_size < size ? old_size : size);
     hak_free_inline(p);
     return q;
 }
 
 HAK_EXPORT void *hak_realloc(void *p, size_t size) {
-    if (!p) return hak_alloc_inline(size);
+    if (!p) return hak_malloc(size);
     if (size == 0) {                 /* glibc: frees and returns NULL */
         hak_free_inline(p);
         return NULL;
@@ -199,7 +227,14 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     }
     case HAK_PTR_LARGE: {
         struct hak_large *h = info.large;
-        if (size > HAK_SMALL_MAX) return hak_large_realloc(h, size);
+        if (size > HAK_SMALL_MAX) {
+            /* mremap may move it: to memcheck, the old block ends here and
+             * the result (or, on failure, the old block again) begins */
+            hak_track_free(p);
+            void *q = hak_large_realloc(h, size);
+            hak_track_alloc(q ? q : p, block_usable(q ? q : p), 1);   /* moved bytes and new zero pages are defined */
+            return q;
+        }
         return move_block(p, h->usable, size);
     }
     case HAK_PTR_FOREIGN:

@@ -9,6 +9,7 @@
 #include "core/tls.h"
 #include "backend/chunk_map.h"
 #include "backend/superslab.h"
+#include "core/track.h"
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
@@ -18,7 +19,7 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
         struct hak_bin *b = &hak_tls.bins[hak_tiny_class(size)];
         void *p = b->head;
         if (HAK_LIKELY(p != NULL)) {
-            b->head = *(void **)p;
+            b->head = hak_link_get(p);
             b->count--;
             return p;
         }
@@ -34,7 +35,8 @@ HAK_INLINE void hak_free_inline(void *p) {
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_bin *b = &hak_tls.bins[ss->slab_cls[hak_slab_index(p)]];
         if (HAK_LIKELY(b->count < b->max)) {
-            *(void **)p = b->head;
+            hak_track_free(p);
+            hak_link_set(p, b->head);
             b->head = p;
             b->count++;
             return;

@@ -3,13 +3,14 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
+#include "core/track.h"
 
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     unsigned want = b->max / 2;
     if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
     void *p = b->head;
-    b->head = *(void **)p;
+    b->head = hak_link_get(p);
     b->count--;
     return p;
 }
@@ -18,7 +19,7 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     if (b->count >= b->max)
         hak_heap_flush(t->heap, b, b->count - b->max / 2);
-    *(void **)p = b->head;
+    hak_link_set(p, b->head);
     b->head = p;
     b->count++;
 }

@@ -5,6 +5,7 @@
  * measure what the caches buy. */
 #include "front/front.h"
 #include "backend/heap.h"
+#include "core/track.h"
 
 static uint32_t direct_capacity(unsigned cls) {
     (void)cls;
@@ -20,7 +21,7 @@ static void *direct_alloc_miss(struct hak_tls *t, unsigned cls) {
 static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     (void)cls;
     struct hak_bin one = { .head = p, .count = 1 };
-    *(void **)p = NULL;
+    hak_link_set(p, NULL);
     hak_heap_flush(t->heap, &one, 1);
 }
 

@@ -1,0 +1,46 @@
+/* Memory-checker annotations (-Dvalgrind=enabled) and free-list link access.
+ *
+ * A free block stores the link to the next free block in its first word.
+ * With valgrind support, hakmem tells memcheck which ranges are live blocks
+ * (MALLOCLIKE/FREELIKE/RESIZEINPLACE) and keeps free blocks no-access, so
+ * memcheck reports leaks, use after free and overflows in the program; the
+ * allocator opens a link word only for the instant it reads or writes it.
+ * Without valgrind support every macro here is nothing and a link access is
+ * a plain load or store. */
+#ifndef HAK_TRACK_H
+#define HAK_TRACK_H
+
+#include "core/common.h"
+
+#if HAVE_VALGRIND
+#include <valgrind/memcheck.h>
+
+#define hak_track_alloc(p, size, zeroed) \
+    do { if (p) VALGRIND_MALLOCLIKE_BLOCK((p), (size), 0, (zeroed)); } while (0)
+#define hak_track_free(p)                VALGRIND_FREELIKE_BLOCK((p), 0)
+#define hak_track_resize(p, old, new)    VALGRIND_RESIZEINPLACE_BLOCK((p), (old), (new), 0)
+#define hak_track_noaccess(p, n)         VALGRIND_MAKE_MEM_NOACCESS((p), (n))
+
+HAK_INLINE void *hak_link_get(void *blk) {
+    VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(void *));
+    void *next = *(void **)blk;
+    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(void *));
+    return next;
+}
+HAK_INLINE void hak_link_set(void *blk, void *next) {
+    VALGRIND_MAKE_MEM_UNDEFINED(blk, sizeof(void *));
+    *(void **)blk = next;
+    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(void *));
+}
+#else
+/* arguments are not evaluated: they may be calls that exist for memcheck only */
+#define hak_track_alloc(p, size, zeroed) do { } while (0)
+#define hak_track_free(p)                do { } while (0)
+#define hak_track_resize(p, old, new)    do { } while (0)
+#define hak_track_noaccess(p, n)         do { } while (0)
+
+HAK_INLINE void *hak_link_get(void *blk) { return *(void **)blk; }
+HAK_INLINE void hak_link_set(void *blk, void *next) { *(void **)blk = next; }
+#endif
+
+#endif
