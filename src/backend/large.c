@@ -52,7 +52,7 @@ static struct hak_large *cache_take(size_t span, size_t align) {
     return h;
 }
 
-void *hak_large_alloc(size_t size, size_t align, int zero) {
+void *hak_large_alloc(size_t size, size_t align, int *reused) {
     if (align < HAK_ALIGNMENT) align = HAK_ALIGNMENT;
     size_t span = span_for(size, align);
     if (!span) { errno = ENOMEM; return NULL; }
@@ -60,9 +60,9 @@ void *hak_large_alloc(size_t size, size_t align, int zero) {
      * `align` of an align-aligned span */
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     struct hak_large *h = cache_take(span, map_align);
+    if (reused) *reused = h != NULL;
     if (h) {
         span = h->span;
-        if (zero) memset((char *)h + user_offset(align), 0, size);
     } else {
         h = hak_os_map_aligned(span, map_align);
         if (!h) { errno = ENOMEM; return NULL; }

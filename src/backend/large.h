@@ -17,8 +17,9 @@ struct hak_large {
     struct hak_large *next;   /* cache list */
 };
 
-/* zero: the block must read as zeros (fresh mappings already do). */
-void  *hak_large_alloc(size_t size, size_t align, int zero);
+/* *reused (when not NULL) says whether the span came from the cache, i.e.
+ * may hold old data; a fresh mapping reads as zeros. */
+void  *hak_large_alloc(size_t size, size_t align, int *reused);
 /* h is the header found for p (see hak_large_header). */
 void   hak_large_free(struct hak_large *h);
 void  *hak_large_realloc(struct hak_large *h, size_t size);

@@ -40,14 +40,14 @@ static void *alloc_class(unsigned cls) {
     return p;
 }
 
-static void *alloc_large(size_t size, size_t align, int zero) {
+static void *alloc_large(size_t size, size_t align) {
     hak_init();
-    return hak_large_alloc(size, align, zero);
+    return hak_large_alloc(size, align, NULL);
 }
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
-    return alloc_large(size, 0, 0);
+    return alloc_large(size, 0);
 }
 
 HAK_COLD static void report_invalid(const char *op, const void *p) {
@@ -119,8 +119,11 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
         return NULL;
     }
     if (total > HAK_SMALL_MAX) {
-        void *p = alloc_large(total, 0, 1);
+        int reused;
+        hak_init();
+        void *p = hak_large_alloc(total, 0, &reused);
         hak_track_alloc(p, block_usable(p), 1);
+        if (p && reused) memset(p, 0, total);   /* fresh mappings are zero already */
         return p;
     }
     void *p = hak_alloc_inline(total);
@@ -137,7 +140,7 @@ static void *alloc_aligned_untracked(size_t align, size_t size) {
         for (unsigned c = hak_class_of(size); c < HAK_NCLASS; c++)
             if ((hak_class_size[c] & (align - 1)) == 0) return alloc_class(c);
     }
-    return alloc_large(size, align, 0);
+    return alloc_large(size, align);
 }
 
 static void *alloc_aligned(size_t align, size_t size) {
