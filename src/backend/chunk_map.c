@@ -1,14 +1,15 @@
 #include "backend/chunk_map.h"
 
-uint8_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
-uint8_t hak_ss_chunk_tag = HAK_CHUNK_SS;
+uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
+uint8_t hak_ss_tags[HAK_MAX_SS][32];
+uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 
-void hak_chunk_map_set(void *base, size_t size, unsigned first_kind, unsigned rest_kind) {
+void hak_chunk_map_set(void *base, size_t size, unsigned first, unsigned rest) {
     uintptr_t i = (uintptr_t)base >> HAK_CHUNK_SHIFT;
     uintptr_t n = size >> HAK_CHUNK_SHIFT;
     for (uintptr_t k = 0; k < n; k++)
-        __atomic_store_n(&hak_chunk_map[i + k], (uint8_t)(k ? rest_kind : first_kind), __ATOMIC_RELEASE);
+        __atomic_store_n(&hak_chunk_map[i + k], (uint16_t)(k ? rest : first), __ATOMIC_RELEASE);
 }
 
 void hak_chunk_map_clear(void *base, size_t size) {

@@ -1,7 +1,12 @@
-/* The chunk map: one byte per 2 MiB chunk of the 47-bit user address space
- * (64 MiB of zero-fill-on-demand .bss; only the pages that describe chunks
- * hakmem maps are ever touched). It routes every free and answers "is this
- * pointer ours?" in one load, without a syscall. */
+/* The chunk map: one 16-bit entry per 2 MiB chunk of the 47-bit user
+ * address space (128 MiB of zero-fill-on-demand .bss; only the pages that
+ * describe chunks hakmem maps are ever touched). It routes every free and
+ * answers "is this pointer ours?" in one load, without a syscall.
+ *
+ * A SuperSlab's entry carries its dense index, which selects its row of slab
+ * class tags in hak_ss_tags. Keeping the tags in one dense table (rather than
+ * in each 2 MiB-aligned header, which all fall in the same L1 cache set)
+ * keeps the free path's second load a cache hit. */
 #ifndef HAK_CHUNK_MAP_H
 #define HAK_CHUNK_MAP_H
 
@@ -9,30 +14,49 @@
 
 enum hak_chunk_kind {
     HAK_CHUNK_NONE = 0,       /* not hakmem's */
-    HAK_CHUNK_SS = 1,         /* SuperSlab, freed on the inline fast path */
-    HAK_CHUNK_SS_CHECKED = 2, /* SuperSlab, but every free goes through the safety box */
-    HAK_CHUNK_LARGE = 3,      /* first chunk of a large span */
-    HAK_CHUNK_LARGE_TAIL = 4, /* later chunk of a large span */
+    HAK_CHUNK_LARGE = 1,      /* first chunk of a large span */
+    HAK_CHUNK_LARGE_TAIL = 2, /* later chunk of a large span */
+    HAK_CHUNK_SS = 3,         /* SuperSlab, freed on the inline fast path */
+    HAK_CHUNK_SS_CHECKED = 4, /* SuperSlab whose frees all go through the safety box */
 };
 
+/* Entry encoding: small values are the kinds above (large, none); a
+ * SuperSlab is HAK_SS_ENTRY_BASE + its index, plus HAK_SS_ENTRY_CHECKED
+ * when the safety box wants to see every free. */
+#define HAK_SS_ENTRY_BASE    16u
+#define HAK_SS_ENTRY_CHECKED 0x8000u
+#define HAK_MAX_SS           (HAK_SS_ENTRY_CHECKED - HAK_SS_ENTRY_BASE)   /* 64 GiB of SuperSlabs */
+
 #define HAK_CHUNK_MAP_ENTRIES ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
-extern uint8_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
+extern uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
+/* Class tag of every slab of every SuperSlab, by SuperSlab index. */
+extern uint8_t hak_ss_tags[HAK_MAX_SS][32];
 
-/* Tag given to SuperSlab chunks: HAK_CHUNK_SS unless the chosen safety box
- * wants to see every free. Set once at init. */
-extern uint8_t hak_ss_chunk_tag;
+/* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */
+extern uint16_t hak_ss_entry_flag;
 
-HAK_INLINE unsigned hak_chunk_kind(const void *p) {
+HAK_INLINE unsigned hak_chunk_entry(const void *p) {
     uintptr_t a = (uintptr_t)p;
     if (HAK_UNLIKELY(a >> HAK_ADDR_BITS)) return HAK_CHUNK_NONE;
     return __atomic_load_n(&hak_chunk_map[a >> HAK_CHUNK_SHIFT], __ATOMIC_RELAXED);
 }
 
-void hak_chunk_map_set(void *base, size_t size, unsigned first_kind, unsigned rest_kind);
-void hak_chunk_map_clear(void *base, size_t size);
+static inline unsigned hak_entry_kind(unsigned e) {
+    if (e < HAK_SS_ENTRY_BASE) return e;
+    return (e & HAK_SS_ENTRY_CHECKED) ? HAK_CHUNK_SS_CHECKED : HAK_CHUNK_SS;
+}
+static inline unsigned hak_entry_ss_index(unsigned e) {
+    return (e & ~HAK_SS_ENTRY_CHECKED) - HAK_SS_ENTRY_BASE;
+}
+HAK_INLINE unsigned hak_chunk_kind(const void *p) {
+    return hak_entry_kind(hak_chunk_entry(p));
+}
 
-#endif
+void hak_chunk_map_set(void *base, size_t size, unsigned first, unsigned rest);
+void hak_chunk_map_clear(void *base, size_t size);
 
 /* Bumped whenever hakmem unmaps chunks, so caches of "this chunk is ours"
  * (the mincore safety box keeps one) know to forget. */
 extern unsigned hak_chunk_unmap_epoch;
+
+#endif

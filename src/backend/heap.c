@@ -120,7 +120,14 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
             h->current[cls] = s;
         }
         unsigned got = 0;
-        if (s->nfree) {
+        if (s->nfree && !bin->head && s->nfree <= bin->max) {
+            /* an empty bin takes the whole list as it is: O(1), and no cold
+             * block is touched before the program asks for it */
+            got = s->nfree;
+            bin->head = s->free;
+            s->free = NULL;
+            s->nfree = 0;
+        } else if (s->nfree) {
             /* take the first `want` blocks of the run's free list */
             void *first = s->free, *last = first;
             got = 1;

@@ -16,7 +16,20 @@ static struct {
 
 /* Only the header's first page survives a purge, so the list link and the
  * purged flag must live there. */
-_Static_assert(offsetof(struct hak_superslab, slab_cls) < HAK_PAGE_SIZE, "header link in first page");
+_Static_assert(offsetof(struct hak_superslab, slab_head) < HAK_PAGE_SIZE, "header link in first page");
+
+/* Dense SuperSlab indices (rows of hak_ss_tags); an unmapped SuperSlab's
+ * index is reused. Guarded by pool.lock. */
+static uint32_t next_index;
+static uint16_t free_index[HAK_MAX_SS];
+static uint32_t nfree_index;
+
+static int index_take(uint32_t *out) {
+    if (nfree_index) { *out = free_index[--nfree_index]; return 1; }
+    if (next_index >= HAK_MAX_SS) return 0;
+    *out = next_index++;
+    return 1;
+}
 
 void hak_ss_pool_init(void) { }
 
@@ -26,7 +39,7 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->next = ss->prev = NULL;
     ss->free_mask = HAK_SS_ALL_FREE;
     ss->purged = 0;
-    memset(ss->slab_cls, HAK_CLASS_INVALID, sizeof ss->slab_cls);
+    memset(hak_ss_slab_tags(ss), HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
     memset(ss->slab_head, 0, sizeof ss->slab_head);
     memset(ss->slabs, 0, sizeof ss->slabs);
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) ss->slabs[i].index = (uint8_t)i;
@@ -47,13 +60,24 @@ struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
     if (ss) { pool.st.reused++; pool.st.live++; }
     hak_spin_unlock(&pool.lock);
     if (!ss) {
-        ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
-        if (!ss) return NULL;
-        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, hak_ss_chunk_tag, hak_ss_chunk_tag);
+        uint32_t index;
         hak_spin_lock(&pool.lock);
+        int ok = index_take(&index);
+        hak_spin_unlock(&pool.lock);
+        if (!ok) return NULL;   /* HAK_MAX_SS SuperSlabs in use */
+        ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
+        hak_spin_lock(&pool.lock);
+        if (!ss) {
+            free_index[nfree_index++] = (uint16_t)index;
+            hak_spin_unlock(&pool.lock);
+            return NULL;
+        }
         pool.st.mapped++;
         pool.st.live++;
         hak_spin_unlock(&pool.lock);
+        ss->index = index;
+        memset(hak_ss_tags[index], HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
+        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, (HAK_SS_ENTRY_BASE + index) | hak_ss_entry_flag, 0);
     }
     ss_format(ss, owner);
     return ss;
@@ -77,8 +101,12 @@ void hak_ss_release(struct hak_superslab *ss) {
     if (unmap) pool.st.unmapped++; else pool.st.purged++;
     hak_spin_unlock(&pool.lock);
     if (unmap) {
+        uint32_t index = ss->index;
         hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
         hak_os_unmap(ss, HAK_CHUNK_SIZE);
+        hak_spin_lock(&pool.lock);
+        free_index[nfree_index++] = (uint16_t)index;
+        hak_spin_unlock(&pool.lock);
         return;
     }
     hak_os_purge((char *)ss + HAK_PAGE_SIZE, HAK_CHUNK_SIZE - HAK_PAGE_SIZE);
@@ -92,7 +120,9 @@ void hak_ss_release(struct hak_superslab *ss) {
 
 unsigned hak_ss_run_slabs(unsigned cls) {
     size_t bs = hak_class_size[cls];
-    size_t n = (8 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
+    /* runs of at least 16 blocks keep run turnover (and its metadata work)
+     * rare for mid sizes; pages are touched only as blocks are carved */
+    size_t n = (16 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
@@ -121,7 +151,8 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         }
         /* Tag last: the inline free path may read the tag as soon as a block
          * escapes, which only happens after this function returns. */
-        for (unsigned k = 0; k < n; k++) ss->slab_cls[i + k] = (uint8_t)cls;
+        uint8_t *tags = hak_ss_slab_tags(ss);
+        for (unsigned k = 0; k < n; k++) tags[i + k] = (uint8_t)cls;
         return s;
     }
     return NULL;
@@ -129,8 +160,9 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
 
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     unsigned i = s->index, n = s->nslabs;
+    uint8_t *tags = hak_ss_slab_tags(ss);
     for (unsigned k = 0; k < n; k++) {
-        ss->slab_cls[i + k] = HAK_CLASS_INVALID;
+        tags[i + k] = HAK_CLASS_INVALID;
         ss->slabs[i + k].state = HAK_SLAB_FREE;
     }
     s->nslabs = 0;

@@ -8,6 +8,7 @@
 
 #include "core/common.h"
 #include "core/size_class.h"
+#include "backend/chunk_map.h"
 
 struct hak_heap;
 
@@ -44,9 +45,7 @@ struct hak_superslab {
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
     uint32_t free_mask;      /* bit i set: slab i free */
     uint32_t purged;         /* pages given back while in the global pool */
-    /* class tag of every slab, read by the inline free path: runs are tagged
-     * on every slab they cover, free slabs and slab 0 are HAK_CLASS_INVALID */
-    uint8_t slab_cls[HAK_SLABS_PER_SS];
+    uint32_t index;          /* row in hak_ss_tags (see chunk_map.h) */
     uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
     struct hak_slab slabs[HAK_SLABS_PER_SS];
 };
@@ -58,6 +57,11 @@ HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
 }
 HAK_INLINE unsigned hak_slab_index(const void *p) {
     return (unsigned)(((uintptr_t)p >> HAK_SLAB_SHIFT) & (HAK_SLABS_PER_SS - 1));
+}
+/* Class tag of every slab, read by the inline free path: runs are tagged on
+ * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
+HAK_INLINE uint8_t *hak_ss_slab_tags(const struct hak_superslab *ss) {
+    return hak_ss_tags[ss->index];
 }
 /* The run a block of this SuperSlab belongs to. */
 HAK_INLINE struct hak_slab *hak_slab_of(struct hak_superslab *ss, const void *p) {
@@ -85,7 +89,7 @@ static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *
 /* Global pool (thread-safe). */
 struct hak_superslab *hak_ss_acquire(struct hak_heap *owner);
 void hak_ss_release(struct hak_superslab *ss);
-/* Slabs per run for a class: enough for >= 8 blocks, at most 16 slabs. */
+/* Slabs per run for a class: enough for >= 16 blocks, at most 16 slabs. */
 unsigned hak_ss_run_slabs(unsigned cls);
 /* Runs inside a SuperSlab (owner thread only). */
 struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls);

@@ -97,7 +97,7 @@ static size_t foreign_usable_size(const void *p) {
  * whole usable size, since malloc_usable_size() says the program may use it. */
 __attribute__((unused)) static size_t block_usable(void *p) {
     struct hak_ptr_info info;
-    switch (hak_classify_in_chunk(p, hak_chunk_kind(p), 0, &info)) {
+    switch (hak_classify_in_chunk(p, hak_chunk_entry(p), 0, &info)) {
     case HAK_PTR_SMALL: return hak_class_size[info.cls];
     case HAK_PTR_LARGE: return info.large->usable;
     default:            return 0;
@@ -273,7 +273,7 @@ HAK_EXPORT void hak_free_aligned_sized(void *p, size_t align, size_t size) {
 HAK_EXPORT int hak_owns(const void *p) {
     struct hak_ptr_info info;
     if (!p) return 0;
-    enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_kind(p), 1, &info);
+    enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_entry(p), 1, &info);
     return k == HAK_PTR_SMALL || k == HAK_PTR_LARGE;
 }
 

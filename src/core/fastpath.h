@@ -28,12 +28,13 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
 }
 
 HAK_INLINE void hak_free_inline(void *p) {
-    /* Chunks tagged HAK_CHUNK_SS hold only SuperSlabs. Their slab tags are
-     * HAK_CLASS_INVALID for free slabs and the header, whose bin has
-     * capacity 0, so such a pointer falls to the slow path and is checked. */
-    if (HAK_LIKELY(hak_chunk_kind(p) == HAK_CHUNK_SS)) {
-        struct hak_superslab *ss = hak_ss_of(p);
-        struct hak_bin *b = &hak_tls.bins[ss->slab_cls[hak_slab_index(p)]];
+    /* One unsigned compare selects SuperSlab entries without the checked
+     * flag (see chunk_map.h). Slab tags are HAK_CLASS_INVALID for free slabs
+     * and the header, whose bin has capacity 0: such a pointer falls to the
+     * slow path and is checked there. */
+    unsigned idx = hak_chunk_entry(p) - HAK_SS_ENTRY_BASE;
+    if (HAK_LIKELY(idx < HAK_MAX_SS)) {
+        struct hak_bin *b = &hak_tls.bins[hak_ss_tags[idx][hak_slab_index(p)]];
         if (HAK_LIKELY(b->count < b->max)) {
             hak_track_free(p);
             hak_link_set(p, b->head);

@@ -62,7 +62,7 @@ void hak_init_slow(void) {
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
-    hak_ss_chunk_tag = hak_safety->ss_chunk_tag;
+    hak_ss_entry_flag = hak_safety->ss_entry_flag;
     hak_ss_pool_init();
     pthread_key_create(&thread_key, thread_exit);
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);

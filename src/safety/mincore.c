@@ -17,11 +17,11 @@
 
 #define CACHE_WAYS 16
 #define MAX_TAIL_WALK 512
-#define MAPPED_OTHER 0xFFu   /* mapped, but no hakmem header at its start */
+#define MAPPED_OTHER 15u   /* mapped, but no hakmem header at its start (below any SuperSlab entry) */
 
 static __thread struct {
     uintptr_t chunk[CACHE_WAYS];
-    uint8_t kind[CACHE_WAYS];
+    uint16_t entry[CACHE_WAYS];
     unsigned epoch, next;
 } cache __attribute__((tls_model("initial-exec")));
 
@@ -43,24 +43,25 @@ static unsigned probe_chunk(uintptr_t base) {
     if (r != 0) return HAK_CHUNK_NONE;      /* ENOMEM: not mapped */
     uint64_t magic;
     if (!read_word(base, &magic)) return HAK_CHUNK_NONE;
-    if (magic == HAK_SS_MAGIC) return HAK_CHUNK_SS_CHECKED;
+    if (magic == HAK_SS_MAGIC)   /* the header's page is readable: so is its index */
+        return (HAK_SS_ENTRY_BASE + ((struct hak_superslab *)base)->index) | HAK_SS_ENTRY_CHECKED;
     if (magic == HAK_LARGE_MAGIC) return HAK_CHUNK_LARGE;
     return MAPPED_OTHER;
 }
 
-static unsigned chunk_kind_cached(uintptr_t base) {
+static unsigned chunk_entry_cached(uintptr_t base) {
     unsigned epoch = __atomic_load_n(&hak_chunk_unmap_epoch, __ATOMIC_ACQUIRE);
     if (cache.epoch != epoch) {
         for (int i = 0; i < CACHE_WAYS; i++) cache.chunk[i] = 0;
         cache.epoch = epoch;
     }
     for (int i = 0; i < CACHE_WAYS; i++)
-        if (cache.chunk[i] == base) return cache.kind[i];
+        if (cache.chunk[i] == base) return cache.entry[i];
     unsigned k = probe_chunk(base);
     if (k != HAK_CHUNK_NONE && k != MAPPED_OTHER) {     /* only positive answers are remembered */
         unsigned slot = cache.next++ % CACHE_WAYS;
         cache.chunk[slot] = base;
-        cache.kind[slot] = (uint8_t)k;
+        cache.entry[slot] = (uint16_t)k;
     }
     return k;
 }
@@ -69,7 +70,7 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
     uintptr_t a = (uintptr_t)p;
     if (a >> HAK_ADDR_BITS) return HAK_PTR_FOREIGN;
     uintptr_t base = a & ~(uintptr_t)HAK_CHUNK_MASK;
-    unsigned k = chunk_kind_cached(base);
+    unsigned k = chunk_entry_cached(base);
     if (k == HAK_CHUNK_NONE) return HAK_PTR_FOREIGN;
     if (k == MAPPED_OTHER) {
         /* Only a block aligned to 2 MiB or more starts past its span's first
@@ -78,7 +79,7 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
         if (a & HAK_CHUNK_MASK) return HAK_PTR_FOREIGN;
         for (uintptr_t i = 1; i <= MAX_TAIL_WALK && base >= HAK_CHUNK_SIZE * i; i++) {
             uintptr_t b = base - HAK_CHUNK_SIZE * i;
-            unsigned back = chunk_kind_cached(b);
+            unsigned back = chunk_entry_cached(b);
             if (back == MAPPED_OTHER) continue;
             if (back != HAK_CHUNK_LARGE) break;
             struct hak_large *h = (struct hak_large *)b;
@@ -99,6 +100,6 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
 
 const struct hak_safety_ops hak_safety_mincore = {
     .name = "mincore",
-    .ss_chunk_tag = HAK_CHUNK_SS_CHECKED,
+    .ss_entry_flag = HAK_SS_ENTRY_CHECKED,
     .classify = mincore_classify,
 };

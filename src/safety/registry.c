@@ -6,13 +6,13 @@
 #include "backend/large.h"
 #include "backend/superslab.h"
 
-enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_kind,
+enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
                                         int check_block, struct hak_ptr_info *info) {
-    switch (chunk_kind) {
+    switch (hak_entry_kind(chunk_entry)) {
     case HAK_CHUNK_SS:
     case HAK_CHUNK_SS_CHECKED: {
         struct hak_superslab *ss = hak_ss_of(p);
-        unsigned cls = ss->slab_cls[hak_slab_index(p)];
+        unsigned cls = hak_ss_tags[hak_entry_ss_index(chunk_entry)][hak_slab_index(p)];
         if (cls >= HAK_NCLASS) return HAK_PTR_INVALID;   /* free slab or header */
         if (check_block && !hak_slab_is_block_start(hak_slab_of(ss, p), p))
             return HAK_PTR_INVALID;
@@ -32,11 +32,11 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_kind,
 }
 
 static enum hak_ptr_kind registry_classify(const void *p, struct hak_ptr_info *info) {
-    return hak_classify_in_chunk(p, hak_chunk_kind(p), 1, info);
+    return hak_classify_in_chunk(p, hak_chunk_entry(p), 1, info);
 }
 
 const struct hak_safety_ops hak_safety_registry = {
     .name = "registry",
-    .ss_chunk_tag = HAK_CHUNK_SS,
+    .ss_entry_flag = 0,
     .classify = registry_classify,
 };

@@ -2,8 +2,8 @@
  * it?" for free, realloc and malloc_usable_size.
  *
  * The inline free path never calls the box: it handles pointers whose chunk
- * is tagged HAK_CHUNK_SS (see backend/chunk_map.h). A box that wants to see
- * every free sets ss_chunk_tag to HAK_CHUNK_SS_CHECKED, and then every free
+ * entry is a plain SuperSlab entry (see backend/chunk_map.h). A box that wants
+ * to see every free sets ss_entry_flag to HAK_SS_ENTRY_CHECKED, and then every free
  * of a small block reaches classify() too.
  *
  * classify() must accept any value of p (NULL excluded: callers handle it),
@@ -30,7 +30,7 @@ struct hak_ptr_info {
 
 struct hak_safety_ops {
     const char *name;
-    uint8_t ss_chunk_tag;
+    uint16_t ss_entry_flag;
     enum hak_ptr_kind (*classify)(const void *p, struct hak_ptr_info *info);
 };
 
@@ -41,9 +41,10 @@ extern const struct hak_safety_ops hak_safety_mincore;
 #endif
 extern const struct hak_safety_ops *hak_safety;
 
-/* The checks shared by the boxes once a chunk's kind is known: SuperSlab
- * block start in a live run, or the exact user pointer of a large span. */
-enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_kind,
+/* The checks shared by the boxes once a chunk's map entry is known:
+ * SuperSlab block start in a live run, or the exact user pointer of a large
+ * span. */
+enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
                                         int check_block, struct hak_ptr_info *info);
 
 #endif

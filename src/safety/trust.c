@@ -5,11 +5,11 @@
 #include "backend/chunk_map.h"
 
 static enum hak_ptr_kind trust_classify(const void *p, struct hak_ptr_info *info) {
-    return hak_classify_in_chunk(p, hak_chunk_kind(p), 0, info);
+    return hak_classify_in_chunk(p, hak_chunk_entry(p), 0, info);
 }
 
 const struct hak_safety_ops hak_safety_trust = {
     .name = "none",
-    .ss_chunk_tag = HAK_CHUNK_SS,
+    .ss_entry_flag = 0,
     .classify = trust_classify,
 };
