@@ -28,8 +28,10 @@ size_t hak_malloc_usable_size(void *ptr);
 void   hak_free_sized(void *ptr, size_t size);
 void   hak_free_aligned_sized(void *ptr, size_t alignment, size_t size);
 
-/* 1 when ptr is a live block start handed out by hakmem, else 0. Never
- * faults, whatever ptr is. */
+/* 1 when ptr is the start of a block hakmem handed out, else 0 (stack,
+ * static, foreign, interior or garbage pointers, freed large blocks). A small
+ * block that was freed may still answer 1 while the run holding it is in
+ * use. Never faults, whatever ptr is. */
 int    hak_owns(const void *ptr);
 
 /* Prints the resolved configuration (the same text as HAKMEM_VERBOSE=1) and,

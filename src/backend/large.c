@@ -143,9 +143,17 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
     /* an offset of a chunk or more is the block's own alignment (see
      * user_offset), which the new span must then keep */
     size_t align = off >= HAK_CHUNK_SIZE ? off : HAK_CHUNK_SIZE;
+    /* The old range stops being ours the moment mremap moves the pages, and
+     * another thread may map a SuperSlab there at once: its map entries must
+     * be cleared before, never after. (Only this thread can free the block,
+     * so nobody looks them up meanwhile.) */
+    hak_chunk_map_clear(h, old);
     struct hak_large *n = hak_os_remap_aligned(h, old, span, align);
-    if (!n) { errno = ENOMEM; return NULL; }
-    if (n != h) hak_chunk_map_clear(h, old);
+    if (!n) {
+        hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
+        errno = ENOMEM;
+        return NULL;
+    }
     hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
     n->span = span;
     n->user = (char *)n + off;

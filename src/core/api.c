@@ -12,6 +12,7 @@
 #include "backend/large.h"
 #include "core/track.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,12 +84,25 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     }
 }
 
-/* glibc keeps a block's size in the word before it (low 3 bits are flags;
- * bit 1 marks an mmapped chunk, which has no next-chunk overlap). */
-static size_t foreign_usable_size(const void *p) {
+static size_t foreign_header_size(void *p) {
     size_t word = ((const size_t *)p)[-1];
     size_t chunk = word & ~(size_t)7;
     return chunk - ((word & 2) ? 2 * sizeof(size_t) : sizeof(size_t));
+}
+
+/* The C library's own malloc_usable_size (found once, on first use, behind
+ * ours), which is right whatever allocator backs __libc_malloc (memcheck
+ * replaces it). If it cannot be found, read glibc's chunk header: the size
+ * sits in the word before the block, low 3 bits are flags, bit 1 marks an
+ * mmapped chunk (which has no next-chunk overlap). */
+static size_t foreign_usable_size(void *p) {
+    static size_t (*libc_usable)(void *);
+    if (!libc_usable) {
+        void *sym = dlsym(RTLD_NEXT, "malloc_usable_size");
+        libc_usable = (sym && sym != (void *)hak_malloc_usable_size) ? (size_t (*)(void *))sym
+                                                                     : foreign_header_size;
+    }
+    return libc_usable(p);
 }
 
 /* ---- the API ------------------------------------------------------------ */

@@ -1,0 +1,208 @@
+/* Shared helpers for the hakmem GTest suites.
+ *
+ * T(name) is the allocator entry point under test: the standard name
+ * (malloc, free, ...) when the library interposes the malloc API, or the
+ * hak_* name when it is built with -Dinterpose=false. Every suite calls the
+ * allocator through T() so the same source tests both builds. */
+#ifndef HAKMEM_TEST_H
+#define HAKMEM_TEST_H
+
+#include <glib.h>
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hakmem.h"
+
+#ifndef HT_INTERPOSE
+#define HT_INTERPOSE 1
+#endif
+#ifndef HT_DEFAULT_FRONT
+#define HT_DEFAULT_FRONT "tcache"
+#endif
+#ifndef HT_DEFAULT_SAFETY
+#define HT_DEFAULT_SAFETY "registry"
+#endif
+#ifndef HT_MINCORE_ENABLED
+#define HT_MINCORE_ENABLED 0
+#endif
+#ifndef HT_POOL_ENABLED
+#define HT_POOL_ENABLED 0
+#endif
+#define HT_DEFAULT_POOL (HT_POOL_ENABLED ? "tls" : "none")
+
+#if HT_INTERPOSE
+/* C23 functions; glibc 2.36 does not declare them yet. */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t alignment, size_t size);
+#define T(fn) fn
+#else
+#define T(fn) hak_##fn
+#endif
+
+/* glibc's own allocator, reachable whatever malloc is interposed. */
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t nmemb, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void __libc_free(void *ptr);
+
+#define HT_KiB ((size_t)1024)
+#define HT_MiB ((size_t)1024 * 1024)
+
+/* Hides a value from the optimizer so that it cannot reason about the
+ * allocation calls (constant-fold huge sizes, pair malloc/free, warn about a
+ * use after realloc we mean to do). */
+static inline size_t
+ht_opaque (size_t x)
+{
+  __asm__ volatile ("" : "+r" (x));
+  return x;
+}
+
+static inline void *
+ht_hide (void *p)
+{
+  __asm__ volatile ("" : "+r" (p));
+  return p;
+}
+
+static inline uint64_t
+ht_mix (uint64_t x)
+{
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* A small per-thread-usable PRNG. */
+static inline uint64_t
+ht_rand (uint64_t *state)
+{
+  *state = ht_mix (*state);
+  return *state;
+}
+
+/* Byte at offset i of the pattern identified by seed. Two different seeds give
+ * different bytes at almost every offset, so a block written over by another
+ * block is detected. */
+static inline unsigned char
+ht_pattern_byte (uint64_t base, size_t i)
+{
+  uint64_t w = base ^ ((uint64_t) (i & ~(size_t) 7) * 0x9E3779B97F4A7C15ull);
+  return (unsigned char) (w >> ((i & 7) * 8));
+}
+
+static inline void
+ht_fill (void *p, size_t n, uint64_t seed)
+{
+  unsigned char *b = p;
+  uint64_t base = ht_mix (seed);
+  size_t i = 0;
+
+  if (((uintptr_t) b & 7) == 0)
+    {
+      uint64_t *w = (uint64_t *) (void *) b;
+      for (; i + 8 <= n; i += 8)
+        w[i / 8] = base ^ ((uint64_t) i * 0x9E3779B97F4A7C15ull);
+    }
+  for (; i < n; i++)
+    b[i] = ht_pattern_byte (base, i);
+}
+
+/* Returns the offset of the first byte that differs from the pattern, or
+ * SIZE_MAX when the whole range is intact. */
+static inline size_t
+ht_check (const void *p, size_t n, uint64_t seed)
+{
+  const unsigned char *b = p;
+  uint64_t base = ht_mix (seed);
+  size_t i = 0;
+
+  if (((uintptr_t) b & 7) == 0)
+    {
+      const uint64_t *w = (const uint64_t *) (const void *) b;
+      for (; i + 8 <= n; i += 8)
+        if (w[i / 8] != (base ^ ((uint64_t) i * 0x9E3779B97F4A7C15ull)))
+          break;
+    }
+  for (; i < n; i++)
+    if (b[i] != ht_pattern_byte (base, i))
+      return i;
+  return SIZE_MAX;
+}
+
+#define ht_assert_pattern(p, n, seed)                                       \
+  G_STMT_START                                                              \
+  {                                                                         \
+    size_t ht_bad_ = ht_check ((p), (n), (seed));                           \
+    if (ht_bad_ != SIZE_MAX)                                                \
+      g_error ("%s:%d: pattern of block %p (%zu bytes, seed %llu) damaged " \
+               "at offset %zu",                                             \
+               __FILE__, __LINE__, (void *) (p), (size_t) (n),              \
+               (unsigned long long) (seed), ht_bad_);                       \
+  }                                                                         \
+  G_STMT_END
+
+static inline gboolean
+ht_all_bytes (const void *p, size_t n, unsigned char v)
+{
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i] != v)
+      return FALSE;
+  return TRUE;
+}
+
+#define ht_assert_aligned(p, a)                                             \
+  G_STMT_START                                                              \
+  {                                                                         \
+    if (((uintptr_t) (p) & ((uintptr_t) (a) - 1)) != 0)                    \
+      g_error ("%s:%d: %p is not %zu-byte aligned", __FILE__, __LINE__,     \
+               (void *) (p), (size_t) (a));                                 \
+  }                                                                         \
+  G_STMT_END
+
+/* Address ranges [start, end) of live blocks, checked pairwise disjoint. */
+typedef struct
+{
+  uintptr_t start;
+  uintptr_t end;
+} HtRange;
+
+static inline int
+ht_range_cmp (const void *a, const void *b)
+{
+  const HtRange *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static inline void
+ht_assert_disjoint (HtRange *r, size_t n)
+{
+  qsort (r, n, sizeof *r, ht_range_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (r[i - 1].end > r[i].start)
+      g_error ("live blocks overlap: [%#lx, %#lx) and [%#lx, %#lx)",
+               (unsigned long) r[i - 1].start, (unsigned long) r[i - 1].end,
+               (unsigned long) r[i].start, (unsigned long) r[i].end);
+}
+
+/* Resident set size of this process in bytes (from /proc/self/statm). */
+static inline size_t
+ht_rss_bytes (void)
+{
+  unsigned long size = 0, resident = 0;
+  FILE *f = fopen ("/proc/self/statm", "r");
+  g_assert_nonnull (f);
+  g_assert_cmpint (fscanf (f, "%lu %lu", &size, &resident), ==, 2);
+  fclose (f);
+  return (size_t) resident * (size_t) sysconf (_SC_PAGESIZE);
+}
+
+#endif

@@ -1,0 +1,417 @@
+/* config: the environment variables read once at start-up. Each case runs
+ * this same binary again as a child ("--hakmem-child MODE") with a chosen
+ * environment, since the allocator reads its environment only at init, and
+ * checks the child's exit status and output. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+#include <sys/wait.h>
+
+/* ---- child side ---------------------------------------------------------- */
+
+static void *
+smoke_thread (void *arg)
+{
+  uint64_t rng = GPOINTER_TO_SIZE (arg);
+  void *p[256] = { 0 };
+  for (int i = 0; i < 20000; i++)
+    {
+      size_t k = ht_rand (&rng) % 256;
+      T (free) (p[k]);
+      size_t n = ht_rand (&rng) % (k == 0 ? 600000 : 2000);
+      p[k] = T (malloc) (n);
+      if (!p[k])
+        return GINT_TO_POINTER (1);
+      memset (p[k], (int) k, n);
+    }
+  for (int k = 0; k < 256; k++)
+    T (free) (p[k]);
+  return NULL;
+}
+
+/* A short run over the whole API; returns a non-zero code on failure. */
+static int
+smoke (void)
+{
+  unsigned char *p = T (malloc) (100);
+  if (!p || hak_owns (p) != 1)
+    return 2;
+  memset (p, 0xAA, 100);
+  T (free) (p);
+  p = T (calloc) (1, 100);
+  if (!p || !ht_all_bytes (p, 100, 0))
+    return 3;
+  p = T (realloc) (p, 5 * HT_MiB);
+  if (!p || !ht_all_bytes (p, 100, 0))
+    return 4;
+  T (free) (p);
+  void *a = T (aligned_alloc) (HT_MiB, 1000);
+  if (!a || ((uintptr_t) a & (HT_MiB - 1)))
+    return 5;
+  T (free) (a);
+  void *f = __libc_malloc (64);
+  T (free) (f);
+
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    if (pthread_create (&t[i], NULL, smoke_thread, GSIZE_TO_POINTER ((gsize) i + 1)))
+      return 6;
+  int rc = 0;
+  for (int i = 0; i < 4; i++)
+    {
+      void *ret;
+      pthread_join (t[i], &ret);
+      if (ret)
+        rc = 7;
+    }
+  return rc;
+}
+
+static int
+child_main (const char *mode)
+{
+  if (!strcmp (mode, "smoke") || !strcmp (mode, "stats"))
+    return smoke ();
+  if (!strcmp (mode, "print-config"))
+    {
+      T (free) (T (malloc) (1));
+      hak_print_config ();
+      return 0;
+    }
+  return 99;
+}
+
+/* ---- parent side --------------------------------------------------------- */
+
+typedef struct
+{
+  int status;
+  gchar *out;
+  gchar *err;
+  gchar **lines;  /* stderr split into lines */
+} Child;
+
+/* Runs the child with every HAKMEM_* variable removed from the environment,
+ * then the NULL-terminated "NAME=value" list added. */
+static void
+run_child (Child *c, const char *mode, const char *const *env)
+{
+  gchar *self = g_file_read_link ("/proc/self/exe", NULL);
+  gchar **envp = g_get_environ ();
+  GError *error = NULL;
+
+  g_assert_nonnull (self);
+  for (;;)
+    {
+      gchar *victim = NULL;
+      for (gchar **e = envp; *e; e++)
+        if (g_str_has_prefix (*e, "HAKMEM_"))
+          {
+            victim = g_strndup (*e, (gsize) (strchr (*e, '=') - *e));
+            break;
+          }
+      if (!victim)
+        break;
+      envp = g_environ_unsetenv (envp, victim);
+      g_free (victim);
+    }
+  for (const char *const *kv = env; kv && *kv; kv++)
+    {
+      gchar **pair = g_strsplit (*kv, "=", 2);
+      envp = g_environ_setenv (envp, pair[0], pair[1], TRUE);
+      g_strfreev (pair);
+    }
+
+  const gchar *argv[] = { self, "--hakmem-child", mode, NULL };
+  if (!g_spawn_sync (NULL, (gchar **) argv, envp, G_SPAWN_DEFAULT, NULL, NULL,
+                     &c->out, &c->err, &c->status, &error))
+    g_error ("spawning %s: %s", self, error->message);
+  c->lines = g_strsplit (c->err, "\n", -1);
+
+  GString *desc = g_string_new (NULL);
+  for (const char *const *kv = env; kv && *kv; kv++)
+    g_string_append_printf (desc, "%s ", *kv);
+  g_test_message ("child %s with %s-> status %d, stderr:\n%s", mode,
+                  desc->str, c->status, c->err);
+  g_string_free (desc, TRUE);
+  g_strfreev (envp);
+  g_free (self);
+}
+
+static void
+child_clear (Child *c)
+{
+  g_free (c->out);
+  g_free (c->err);
+  g_strfreev (c->lines);
+}
+
+static void
+assert_exit_ok (const Child *c)
+{
+  if (WIFSIGNALED (c->status))
+    g_error ("child killed by signal %d; stderr:\n%s", WTERMSIG (c->status), c->err);
+  if (!WIFEXITED (c->status) || WEXITSTATUS (c->status) != 0)
+    g_error ("child exited with status %d; stderr:\n%s", WEXITSTATUS (c->status),
+             c->err);
+}
+
+static gboolean
+matches (const char *pattern, const char *line)
+{
+  return g_regex_match_simple (pattern, line, 0, 0);
+}
+
+/* The "hakmem: " line about the given option (front, safety). */
+static const char *
+option_line (const Child *c, const char *option)
+{
+  gchar *pattern = g_strdup_printf ("^hakmem: .*\\b%s\\b", option);
+  const char *found = NULL;
+  for (gchar **l = c->lines; *l; l++)
+    if (matches (pattern, *l) && !g_strrstr (*l, "warn"))
+      {
+        found = *l;
+        break;
+      }
+  g_free (pattern);
+  if (!found)
+    g_error ("no 'hakmem: ... %s ...' line on stderr:\n%s", option, c->err);
+  return found;
+}
+
+/* The option line names the value and where it came from (env / default). */
+static void
+assert_option (const Child *c, const char *option, const char *value,
+               const char *source)
+{
+  const char *line = option_line (c, option);
+  gchar *v = g_strdup_printf ("\\b%s\\b", value);
+  gchar *s = g_strdup_printf ("\\b%s\\b", source);
+  if (!matches (v, line) || !matches (s, line))
+    g_error ("expected '%s' line to report '%s' from '%s', got: %s", option,
+             value, source, line);
+  g_free (v);
+  g_free (s);
+}
+
+static guint
+count_lines (const Child *c, const char *substring)
+{
+  guint n = 0;
+  for (gchar **l = c->lines; *l; l++)
+    if (strstr (*l, substring))
+      n++;
+  return n;
+}
+
+static void
+assert_no_warning (const Child *c)
+{
+  for (gchar **l = c->lines; *l; l++)
+    if (g_regex_match_simple ("warn", *l, G_REGEX_CASELESS, 0))
+      g_error ("unexpected warning on stderr: %s", *l);
+}
+
+static void
+test_default_quiet (void)
+{
+  Child c;
+  run_child (&c, "smoke", NULL);
+  assert_exit_ok (&c);
+  if (strstr (c.err, "hakmem") || strstr (c.out, "hakmem"))
+    g_error ("hakmem printed something without HAKMEM_VERBOSE/HAKMEM_STATS:\n%s%s",
+             c.out, c.err);
+  child_clear (&c);
+}
+
+static void
+test_verbose (void)
+{
+  const char *env[] = { "HAKMEM_VERBOSE=1", NULL };
+  Child c;
+  run_child (&c, "smoke", env);
+  assert_exit_ok (&c);
+  assert_option (&c, "front", HT_DEFAULT_FRONT, "default");
+  assert_option (&c, "safety", HT_DEFAULT_SAFETY, "default");
+  assert_option (&c, "pool", HT_DEFAULT_POOL, "default");
+  assert_no_warning (&c);
+  /* Every line it prints is prefixed. */
+  for (gchar **l = c.lines; *l; l++)
+    if (**l && !g_str_has_prefix (*l, "hakmem: "))
+      g_error ("verbose output line without the 'hakmem: ' prefix: %s", *l);
+  child_clear (&c);
+}
+
+typedef struct
+{
+  const char *option;   /* front, safety */
+  const char *var;      /* HAKMEM_FRONT */
+  const char *value;
+} Choice;
+
+static void
+test_choice (gconstpointer data)
+{
+  const Choice *ch = data;
+  gchar *kv = g_strdup_printf ("%s=%s", ch->var, ch->value);
+  const char *env[] = { "HAKMEM_VERBOSE=1", kv, NULL };
+  Child c;
+
+  run_child (&c, "smoke", env);
+  assert_exit_ok (&c);
+  assert_option (&c, ch->option, ch->value, "env");
+  assert_no_warning (&c);
+  child_clear (&c);
+  g_free (kv);
+}
+
+/* An unknown value warns once (naming the variable and the value) and the
+ * default is used. */
+static void
+test_bogus (gconstpointer data)
+{
+  const Choice *ch = data;
+  gchar *kv = g_strdup_printf ("%s=%s", ch->var, ch->value);
+  const char *env_quiet[] = { kv, NULL };
+  const char *env_verbose[] = { kv, "HAKMEM_VERBOSE=1", NULL };
+  const char *def = !strcmp (ch->option, "front")    ? HT_DEFAULT_FRONT
+                    : !strcmp (ch->option, "safety") ? HT_DEFAULT_SAFETY
+                                                     : HT_DEFAULT_POOL;
+  Child c;
+
+  run_child (&c, "smoke", env_quiet);
+  assert_exit_ok (&c);
+  guint n = count_lines (&c, ch->value);
+  if (n != 1)
+    g_error ("%s: expected exactly one warning line mentioning '%s', got %u:\n%s",
+             kv, ch->value, n, c.err);
+  for (gchar **l = c.lines; *l; l++)
+    if (strstr (*l, ch->value) && !strstr (*l, ch->var))
+      g_error ("warning does not name %s: %s", ch->var, *l);
+  child_clear (&c);
+
+  run_child (&c, "smoke", env_verbose);
+  assert_exit_ok (&c);
+  assert_option (&c, ch->option, def, "default");
+  child_clear (&c);
+  g_free (kv);
+}
+
+static void
+test_two_bogus (void)
+{
+  const char *env[] = { "HAKMEM_FRONT=frontbogus", "HAKMEM_SAFETY=safetybogus",
+                        "HAKMEM_POOL=poolbogus", NULL };
+  Child c;
+  run_child (&c, "smoke", env);
+  assert_exit_ok (&c);
+  g_assert_cmpuint (count_lines (&c, "frontbogus"), ==, 1);
+  g_assert_cmpuint (count_lines (&c, "safetybogus"), ==, 1);
+  g_assert_cmpuint (count_lines (&c, "poolbogus"), ==, 1);
+  child_clear (&c);
+}
+
+static void
+test_stats (void)
+{
+  const char *env[] = { "HAKMEM_STATS=1", NULL };
+  Child c;
+  run_child (&c, "stats", env);
+  assert_exit_ok (&c);
+  if (!strstr (c.err, "hakmem") && !strstr (c.out, "hakmem"))
+    g_error ("HAKMEM_STATS=1 printed nothing about hakmem at exit");
+  child_clear (&c);
+}
+
+static void
+test_print_config (void)
+{
+  const char *env[] = { "HAKMEM_FRONT=none", NULL };
+  Child c;
+  run_child (&c, "print-config", env);
+  assert_exit_ok (&c);
+  assert_option (&c, "front", "none", "env");
+  assert_option (&c, "safety", HT_DEFAULT_SAFETY, "default");
+  child_clear (&c);
+}
+
+/* Every front x safety x pool combination works and is reported. */
+static void
+test_combinations (void)
+{
+  const char *fronts[] = { "tcache", "none" };
+  const char *safeties[] = { "registry", "none", "mincore" };
+  const char *pools[] = { "tls", "none" };
+
+  for (size_t i = 0; i < G_N_ELEMENTS (fronts); i++)
+    for (size_t j = 0; j < G_N_ELEMENTS (safeties); j++)
+      for (size_t k = 0; k < G_N_ELEMENTS (pools); k++)
+        {
+          if (!HT_MINCORE_ENABLED && !strcmp (safeties[j], "mincore"))
+            continue;
+          if (!HT_POOL_ENABLED && !strcmp (pools[k], "tls"))
+            continue;
+          gchar *f = g_strdup_printf ("HAKMEM_FRONT=%s", fronts[i]);
+          gchar *s = g_strdup_printf ("HAKMEM_SAFETY=%s", safeties[j]);
+          gchar *p = g_strdup_printf ("HAKMEM_POOL=%s", pools[k]);
+          const char *env[] = { "HAKMEM_VERBOSE=1", f, s, p, NULL };
+          Child c;
+          run_child (&c, "smoke", env);
+          assert_exit_ok (&c);
+          assert_option (&c, "front", fronts[i], "env");
+          assert_option (&c, "safety", safeties[j], "env");
+          assert_option (&c, "pool", pools[k], "env");
+          child_clear (&c);
+          g_free (f);
+          g_free (s);
+          g_free (p);
+        }
+}
+
+static const Choice front_tcache = { "front", "HAKMEM_FRONT", "tcache" };
+static const Choice front_none = { "front", "HAKMEM_FRONT", "none" };
+static const Choice safety_registry = { "safety", "HAKMEM_SAFETY", "registry" };
+static const Choice safety_none = { "safety", "HAKMEM_SAFETY", "none" };
+static const Choice safety_mincore = { "safety", "HAKMEM_SAFETY", "mincore" };
+static const Choice pool_tls = { "pool", "HAKMEM_POOL", "tls" };
+static const Choice pool_none = { "pool", "HAKMEM_POOL", "none" };
+static const Choice pool_bogus = { "pool", "HAKMEM_POOL", "bogus" };
+static const Choice front_bogus = { "front", "HAKMEM_FRONT", "bogus" };
+static const Choice safety_bogus = { "safety", "HAKMEM_SAFETY", "bogus" };
+
+int
+main (int argc, char **argv)
+{
+  if (argc == 3 && !strcmp (argv[1], "--hakmem-child"))
+    return child_main (argv[2]);
+
+  g_test_init (&argc, &argv, NULL);
+
+  g_test_add_func ("/config/default-quiet", test_default_quiet);
+  g_test_add_func ("/config/verbose", test_verbose);
+  g_test_add_data_func ("/config/front/tcache", &front_tcache, test_choice);
+  g_test_add_data_func ("/config/front/none", &front_none, test_choice);
+  g_test_add_data_func ("/config/safety/registry", &safety_registry, test_choice);
+  g_test_add_data_func ("/config/safety/none", &safety_none, test_choice);
+  if (HT_MINCORE_ENABLED)
+    g_test_add_data_func ("/config/safety/mincore", &safety_mincore, test_choice);
+  else
+    /* Not built: an unknown value like any other. */
+    g_test_add_data_func ("/config/safety/mincore-not-built", &safety_mincore,
+                          test_bogus);
+  if (HT_POOL_ENABLED)
+    g_test_add_data_func ("/config/pool/tls", &pool_tls, test_choice);
+  else
+    g_test_add_data_func ("/config/pool/tls-not-built", &pool_tls, test_bogus);
+  g_test_add_data_func ("/config/pool/none", &pool_none, test_choice);
+  g_test_add_data_func ("/config/bogus/front", &front_bogus, test_bogus);
+  g_test_add_data_func ("/config/bogus/pool", &pool_bogus, test_bogus);
+  g_test_add_data_func ("/config/bogus/safety", &safety_bogus, test_bogus);
+  g_test_add_func ("/config/bogus/both", test_two_bogus);
+  g_test_add_func ("/config/stats", test_stats);
+  g_test_add_func ("/config/print-config", test_print_config);
+  g_test_add_func ("/config/combinations", test_combinations);
+
+  return g_test_run ();
+}

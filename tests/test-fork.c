@@ -1,0 +1,359 @@
+/* fork: a multi-threaded parent that is allocating all the time forks; the
+ * child must be able to allocate and free (no lock left held by a thread
+ * that does not exist in the child), including blocks inherited from the
+ * parent, and exit cleanly. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define HT_HAVE_VALGRIND_H 1
+#endif
+#endif
+
+/* Under valgrind (meson test --setup=valgrind) a child runs under memcheck
+ * too; it exits with valgrind's --error-exitcode (1) because blocks owned by
+ * the parent's threads, which do not exist in the child, are lost there. The
+ * child checks memcheck's error count itself (code CHILD_VALGRIND_ERRORS). */
+static gboolean
+on_valgrind (void)
+{
+#ifdef HT_HAVE_VALGRIND_H
+  return RUNNING_ON_VALGRIND != 0;
+#else
+  return FALSE;
+#endif
+}
+
+enum { WORKERS = 4, FORKS = 20, TIMEOUT_MS = 10000 };
+
+/* Child exit codes, to tell failures apart in the parent's report. */
+enum
+{
+  CHILD_OK = 0,
+  CHILD_ALLOC_FAILED = 10,
+  CHILD_INHERITED_DAMAGED = 11,
+  CHILD_PATTERN_DAMAGED = 12,
+  CHILD_THREAD_FAILED = 13,
+  CHILD_GRANDCHILD_FAILED = 14,
+  CHILD_NOT_OWNED = 15,
+  CHILD_VALGRIND_ERRORS = 16,
+  VALGRIND_ERROR_EXIT = 1,
+};
+
+static const char *
+child_code_name (int code)
+{
+  switch (code)
+    {
+    case CHILD_ALLOC_FAILED: return "an allocation returned NULL";
+    case CHILD_INHERITED_DAMAGED: return "a block inherited from the parent was damaged";
+    case CHILD_PATTERN_DAMAGED: return "a block allocated in the child was damaged";
+    case CHILD_THREAD_FAILED: return "a thread in the child failed";
+    case CHILD_GRANDCHILD_FAILED: return "a grandchild failed";
+    case CHILD_NOT_OWNED: return "hak_owns() != 1 for a child's block";
+    case CHILD_VALGRIND_ERRORS: return "memcheck found memory errors in the child";
+    default: return "unknown";
+    }
+}
+
+static gint stop_workers;
+
+static size_t
+mixed_size (uint64_t *rng)
+{
+  uint64_t x = ht_rand (rng);
+  if (x % 200 == 0)
+    return 256 * HT_KiB + (x >> 16) % (4 * HT_MiB);
+  if (x % 50 < 8)
+    return 1024 + (x >> 16) % (128 * HT_KiB);
+  return 1 + (x >> 16) % 1024;
+}
+
+/* Parent workers: allocate/free in a loop, keeping a ring of live blocks and
+ * checking their patterns. */
+static void *
+worker (void *arg)
+{
+  uint64_t rng = GPOINTER_TO_SIZE (arg);
+  enum { SLOTS = 128 };
+  void *p[SLOTS] = { 0 };
+  size_t n[SLOTS] = { 0 };
+  uint64_t seed[SLOTS] = { 0 };
+
+  for (unsigned ops = 0; !g_atomic_int_get (&stop_workers); ops++)
+    {
+      /* Keep allocating, but leave CPU time to the children (a starved
+       * child must not look like a deadlocked one). */
+      if (ops % 64 == 63)
+        g_usleep (200);
+      size_t k = ht_rand (&rng) % SLOTS;
+      if (p[k])
+        {
+          ht_assert_pattern (p[k], n[k], seed[k]);
+          T (free) (p[k]);
+        }
+      n[k] = mixed_size (&rng);
+      seed[k] = ht_rand (&rng);
+      p[k] = (ht_rand (&rng) % 8 == 0) ? T (realloc) (NULL, n[k])
+                                       : T (malloc) (n[k]);
+      if (!p[k])
+        g_error ("worker: malloc(%zu) failed", n[k]);
+      ht_fill (p[k], n[k], seed[k]);
+    }
+  for (size_t k = 0; k < SLOTS; k++)
+    if (p[k])
+      {
+        ht_assert_pattern (p[k], n[k], seed[k]);
+        T (free) (p[k]);
+      }
+  return NULL;
+}
+
+/* ---- child side: only plain C, no GLib, report through the exit code --- */
+
+static int
+child_workload (uint64_t seed)
+{
+  enum { N = 200 };
+  void *p[N];
+  size_t n[N];
+  uint64_t rng = seed;
+
+  for (int round = 0; round < 2; round++)
+    {
+      for (int i = 0; i < N; i++)
+        {
+          n[i] = mixed_size (&rng);
+          if (i % 97 == 0)
+            n[i] = HT_MiB + (size_t) i;  /* large */
+          p[i] = (i % 5 == 0) ? T (calloc) (1, n[i]) : T (malloc) (n[i]);
+          if (!p[i])
+            return CHILD_ALLOC_FAILED;
+          if (hak_owns (p[i]) != 1)
+            return CHILD_NOT_OWNED;
+          ht_fill (p[i], n[i], (uint64_t) i + seed);
+        }
+      for (int i = 0; i < N; i += 3)
+        {
+          void *q = T (realloc) (p[i], n[i] * 2 + 1);
+          if (!q)
+            return CHILD_ALLOC_FAILED;
+          if (ht_check (q, n[i], (uint64_t) i + seed) != SIZE_MAX)
+            return CHILD_PATTERN_DAMAGED;
+          p[i] = q;
+          n[i] = n[i] * 2 + 1;
+          ht_fill (p[i], n[i], (uint64_t) i + seed);
+        }
+      for (int i = 0; i < N; i++)
+        {
+          if (ht_check (p[i], n[i], (uint64_t) i + seed) != SIZE_MAX)
+            return CHILD_PATTERN_DAMAGED;
+          T (free) (p[i]);
+        }
+      void *a = T (aligned_alloc) (HT_MiB, 100);
+      if (!a)
+        return CHILD_ALLOC_FAILED;
+      T (free) (a);
+    }
+  return CHILD_OK;
+}
+
+static void *
+child_thread (void *arg)
+{
+  return GINT_TO_POINTER (child_workload (GPOINTER_TO_SIZE (arg)));
+}
+
+typedef struct
+{
+  void *p;
+  size_t n;
+  uint64_t seed;
+} Inherited;
+
+static int
+child_main (Inherited *inh, size_t ninh, int iteration)
+{
+  /* Blocks the parent allocated before fork are the child's to free. */
+  for (size_t i = 0; i < ninh; i++)
+    {
+      if (ht_check (inh[i].p, inh[i].n, inh[i].seed) != SIZE_MAX)
+        return CHILD_INHERITED_DAMAGED;
+      if (i % 2 == 0)
+        T (free) (inh[i].p);
+    }
+  int rc = child_workload ((uint64_t) iteration * 31 + 1);
+  if (rc)
+    return rc;
+
+  /* A new thread in the child allocates too. */
+  pthread_t t;
+  if (pthread_create (&t, NULL, child_thread, GSIZE_TO_POINTER (iteration + 5)) != 0)
+    return CHILD_THREAD_FAILED;
+  rc = child_workload ((uint64_t) iteration * 31 + 2);
+  void *ret;
+  pthread_join (t, &ret);
+  if (rc)
+    return rc;
+  if (GPOINTER_TO_INT (ret))
+    return GPOINTER_TO_INT (ret);
+
+  /* Every fifth child forks a grandchild. */
+  if (iteration % 5 == 0)
+    {
+      pid_t g = fork ();
+      if (g < 0)
+        return CHILD_GRANDCHILD_FAILED;
+      if (g == 0)
+        _exit (child_workload (12345));
+      int st;
+      if (waitpid (g, &st, 0) != g || !WIFEXITED (st))
+        return CHILD_GRANDCHILD_FAILED;
+      if (WEXITSTATUS (st) != 0
+          && !(WEXITSTATUS (st) == VALGRIND_ERROR_EXIT && on_valgrind ()))
+        return CHILD_GRANDCHILD_FAILED;
+    }
+  for (size_t i = 1; i < ninh; i += 2)
+    T (free) (inh[i].p);
+#ifdef HT_HAVE_VALGRIND_H
+  if (VALGRIND_COUNT_ERRORS > 0)
+    return CHILD_VALGRIND_ERRORS;
+#endif
+  return CHILD_OK;
+}
+
+/* ---- parent side --------------------------------------------------------- */
+
+static void
+wait_child (pid_t pid, int iteration)
+{
+  int status = 0;
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_MS * (gint64) 1000;
+
+  for (;;)
+    {
+      pid_t r = waitpid (pid, &status, WNOHANG);
+      if (r == pid)
+        break;
+      if (r < 0)
+        g_error ("waitpid: %s", g_strerror (errno));
+      if (g_get_monotonic_time () > deadline)
+        {
+          kill (pid, SIGKILL);
+          waitpid (pid, &status, 0);
+          g_error ("fork #%d: child %d still running after %d ms "
+                   "(deadlock in the allocator after fork?)",
+                   iteration, (int) pid, TIMEOUT_MS);
+        }
+      g_usleep (1000);
+    }
+  if (WIFSIGNALED (status))
+    g_error ("fork #%d: child killed by signal %d (%s)", iteration,
+             WTERMSIG (status), g_strsignal (WTERMSIG (status)));
+  g_assert_true (WIFEXITED (status));
+  if (WEXITSTATUS (status) == VALGRIND_ERROR_EXIT && on_valgrind ())
+    return;
+  if (WEXITSTATUS (status) != 0)
+    g_error ("fork #%d: child exited with %d: %s", iteration,
+             WEXITSTATUS (status), child_code_name (WEXITSTATUS (status)));
+}
+
+static void
+fork_many (int forks)
+{
+  enum { NINH = 64 };
+  Inherited inh[NINH];
+  uint64_t rng = 4242;
+
+  for (int it = 0; it < forks; it++)
+    {
+      for (int i = 0; i < NINH; i++)
+        {
+          inh[i].n = mixed_size (&rng);
+          inh[i].seed = ht_rand (&rng);
+          inh[i].p = T (malloc) (inh[i].n);
+          g_assert_nonnull (inh[i].p);
+          ht_fill (inh[i].p, inh[i].n, inh[i].seed);
+        }
+      fflush (stdout);
+      fflush (stderr);
+      pid_t pid = fork ();
+      if (pid < 0)
+        g_error ("fork: %s", g_strerror (errno));
+      if (pid == 0)
+        _exit (child_main (inh, NINH, it));
+      wait_child (pid, it);
+      /* The parent's copies are untouched by whatever the child did. */
+      for (int i = 0; i < NINH; i++)
+        {
+          ht_assert_pattern (inh[i].p, inh[i].n, inh[i].seed);
+          T (free) (inh[i].p);
+        }
+    }
+}
+
+static void
+test_fork_with_threads (void)
+{
+  pthread_t t[WORKERS];
+
+  g_atomic_int_set (&stop_workers, 0);
+  for (int i = 0; i < WORKERS; i++)
+    g_assert_cmpint (pthread_create (&t[i], NULL, worker,
+                                     GSIZE_TO_POINTER ((gsize) i + 1)), ==, 0);
+  /* Let the workers get going so that forks land mid-allocation. */
+  g_usleep (20000);
+  fork_many (FORKS);
+  g_atomic_int_set (&stop_workers, 1);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join (t[i], NULL);
+}
+
+static void
+test_fork_single_threaded (void)
+{
+  fork_many (5);
+}
+
+/* fork() called from a non-main thread while other threads allocate. */
+static void *
+forking_thread (void *arg)
+{
+  (void) arg;
+  fork_many (5);
+  return NULL;
+}
+
+static void
+test_fork_from_thread (void)
+{
+  pthread_t t[WORKERS], f;
+
+  g_atomic_int_set (&stop_workers, 0);
+  for (int i = 0; i < WORKERS; i++)
+    g_assert_cmpint (pthread_create (&t[i], NULL, worker,
+                                     GSIZE_TO_POINTER ((gsize) i + 100)), ==, 0);
+  g_usleep (10000);
+  g_assert_cmpint (pthread_create (&f, NULL, forking_thread, NULL), ==, 0);
+  pthread_join (f, NULL);
+  g_atomic_int_set (&stop_workers, 1);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join (t[i], NULL);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+
+  g_test_add_func ("/fork/single-threaded", test_fork_single_threaded);
+  g_test_add_func ("/fork/with-allocating-threads", test_fork_with_threads);
+  g_test_add_func ("/fork/from-thread", test_fork_from_thread);
+
+  return g_test_run ();
+}

@@ -1,0 +1,267 @@
+/* sizes: every small size and every size-class boundary, many blocks live at
+ * once, whole usable size written, no two blocks overlapping. */
+#include "hakmem-test.h"
+
+typedef struct
+{
+  void *p;
+  size_t size;
+  size_t usable;
+  uint64_t seed;
+} Block;
+
+static void
+alloc_block (Block *b, size_t size, uint64_t seed)
+{
+  b->p = T (malloc) (size);
+  if (!b->p)
+    g_error ("malloc(%zu) returned NULL", size);
+  if ((uintptr_t) b->p & 15)
+    g_error ("malloc(%zu) = %p is not 16-byte aligned", size, b->p);
+  b->size = size;
+  b->usable = T (malloc_usable_size) (b->p);
+  if (b->usable < size)
+    g_error ("malloc_usable_size(malloc(%zu)) = %zu", size, b->usable);
+  if (hak_owns (b->p) != 1)
+    g_error ("hak_owns(malloc(%zu)) != 1", size);
+  b->seed = seed;
+  ht_fill (b->p, b->usable, seed);
+}
+
+static void
+check_block (const Block *b)
+{
+  size_t bad = ht_check (b->p, b->usable, b->seed);
+  if (bad != SIZE_MAX)
+    g_error ("block %p of size %zu (usable %zu) overwritten at offset %zu",
+             b->p, b->size, b->usable, bad);
+  if (T (malloc_usable_size) (b->p) != b->usable)
+    g_error ("usable size of %p changed from %zu to %zu", b->p, b->usable,
+             T (malloc_usable_size) (b->p));
+}
+
+static void
+check_all (Block *blocks, size_t n)
+{
+  HtRange *r = g_new (HtRange, n);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    {
+      if (!blocks[i].p)
+        continue;
+      check_block (&blocks[i]);
+      r[k].start = (uintptr_t) blocks[i].p;
+      r[k].end = r[k].start + blocks[i].usable;
+      k++;
+    }
+  ht_assert_disjoint (r, k);
+  g_free (r);
+}
+
+static void
+shuffle (size_t *idx, size_t n, uint64_t seed)
+{
+  for (size_t i = 0; i < n; i++)
+    idx[i] = i;
+  for (size_t i = n; i > 1; i--)
+    {
+      size_t j = ht_rand (&seed) % i;
+      size_t t = idx[i - 1];
+      idx[i - 1] = idx[j];
+      idx[j] = t;
+    }
+}
+
+/* Every size 0..4096, all live at once; freed in random order, half of them
+ * reallocated in between to exercise reuse while the others are live. */
+static void
+test_every_small_size (void)
+{
+  enum { N = 4097 };
+  Block *b = g_new0 (Block, N);
+  size_t *idx = g_new (size_t, N);
+
+  for (int round = 0; round < 3; round++)
+    {
+      for (size_t s = 0; s < N; s++)
+        alloc_block (&b[s], s, s * 7 + (size_t) round);
+      check_all (b, N);
+
+      shuffle (idx, N, (uint64_t) round + 1);
+      for (size_t i = 0; i < N / 2; i++)
+        {
+          Block *x = &b[idx[i]];
+          check_block (x);
+          T (free) (x->p);
+          x->p = NULL;
+        }
+      /* Reuse the freed space with other sizes while the rest stays live. */
+      for (size_t i = 0; i < N / 2; i++)
+        alloc_block (&b[idx[i]], (idx[i] * 13 + 5) % N, idx[i] + 100000);
+      check_all (b, N);
+
+      shuffle (idx, N, (uint64_t) round + 77);
+      for (size_t i = 0; i < N; i++)
+        {
+          check_block (&b[idx[i]]);
+          T (free) (b[idx[i]].p);
+          b[idx[i]].p = NULL;
+        }
+    }
+  g_free (b);
+  g_free (idx);
+}
+
+/* Size-class boundaries of the documented scheme: 16-byte steps up to 128,
+ * then 4 classes per doubling up to 1 MiB (covering tiny 1 KiB, mid 256 KiB
+ * and the first large sizes), plus a few large sizes. */
+static size_t
+boundary_sizes (size_t *out)
+{
+  size_t n = 0;
+  for (size_t s = 16; s <= 128; s += 16)
+    out[n++] = s;
+  for (size_t p = 128; p < HT_MiB; p *= 2)
+    for (size_t k = 1; k <= 4; k++)
+      out[n++] = p + k * p / 4;
+  out[n++] = 2 * HT_MiB;
+  out[n++] = 4 * HT_MiB;
+  return n;
+}
+
+static void
+test_class_boundaries (void)
+{
+  size_t bounds[128];
+  size_t nb = boundary_sizes (bounds);
+  Block *b = g_new0 (Block, nb * 3 * 4);
+  size_t n = 0;
+
+  for (int copy = 0; copy < 4; copy++)
+    for (size_t i = 0; i < nb; i++)
+      for (int d = -1; d <= 1; d++)
+        {
+          size_t s = bounds[i] + (size_t) d;
+          alloc_block (&b[n], s, n);
+          n++;
+        }
+  check_all (b, n);
+
+  /* Free every other block, allocate the same sizes again, check again. */
+  for (size_t i = 0; i < n; i += 2)
+    {
+      check_block (&b[i]);
+      T (free) (b[i].p);
+      b[i].p = NULL;
+    }
+  for (size_t i = 0; i < n; i += 2)
+    alloc_block (&b[i], bounds[(i / 3) % nb] + (i % 3) - 1, i + 5000);
+  check_all (b, n);
+
+  for (size_t i = 0; i < n; i++)
+    {
+      check_block (&b[i]);
+      T (free) (b[i].p);
+    }
+  g_free (b);
+}
+
+/* Usable sizes follow the documented classes: at most 25% (plus a 16-byte
+ * step) above the request up to 256 KiB. A large block lives in a 2 MiB-
+ * aligned span, possibly a cached one up to a quarter plus one chunk larger
+ * than needed: its usable size stays below that. */
+static void
+test_usable_bound (void)
+{
+  for (size_t s = 1; s <= HT_MiB + 4096; s = s < 300 ? s + 1 : s + s / 37)
+    {
+      void *p = T (malloc) (s);
+      g_assert_nonnull (p);
+      size_t us = T (malloc_usable_size) (p);
+      size_t span = ((s + 2 * HT_MiB - 1) & ~(2 * HT_MiB - 1)) + 2 * HT_MiB;
+      size_t bound = s <= 256 * HT_KiB ? s + s / 4 + 16 : span + span / 4 + 2 * HT_MiB;
+      if (us < s || us > bound)
+        g_error ("malloc_usable_size(malloc(%zu)) = %zu, expected in [%zu, %zu]",
+                 s, us, s, bound);
+      T (free) (p);
+    }
+}
+
+static void
+test_large_sizes (void)
+{
+  const size_t sizes[] = {
+    256 * HT_KiB + 1, 300000, 2 * HT_MiB - 1, 2 * HT_MiB + 1, 4 * HT_MiB - 1,
+    4 * HT_MiB, 4 * HT_MiB + 1, 17 * HT_MiB + 3, 64 * HT_MiB,
+  };
+  Block b[G_N_ELEMENTS (sizes) * 2];
+  size_t n = 0;
+
+  for (int copy = 0; copy < 2; copy++)
+    for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
+      {
+        alloc_block (&b[n], sizes[i], n + 1);
+        n++;
+      }
+  check_all (b, n);
+  for (size_t i = 0; i < n; i++)
+    {
+      check_block (&b[i]);
+      T (free) (b[i].p);
+    }
+
+  /* Allocate and free the same large size repeatedly (span cache reuse):
+   * fresh content each time. */
+  for (int i = 0; i < 50; i++)
+    {
+      Block x;
+      alloc_block (&x, 4 * HT_MiB + (size_t) i * 4096, (uint64_t) i);
+      check_block (&x);
+      T (free) (x.p);
+    }
+}
+
+/* Many blocks of every tiny/mid class at once, more than one slab's worth. */
+static void
+test_many_live_per_class (void)
+{
+  size_t bounds[128];
+  size_t nb = boundary_sizes (bounds);
+  size_t n = 0, cap = 0;
+
+  for (size_t i = 0; i < nb && bounds[i] <= 64 * HT_KiB; i++)
+    cap += bounds[i] <= 1024 ? 600 : bounds[i] <= 8192 ? 80 : 12;
+  Block *b = g_new0 (Block, cap);
+
+  for (size_t i = 0; i < nb && bounds[i] <= 64 * HT_KiB; i++)
+    {
+      size_t count = bounds[i] <= 1024 ? 600 : bounds[i] <= 8192 ? 80 : 12;
+      for (size_t k = 0; k < count; k++)
+        {
+          alloc_block (&b[n], bounds[i] - (k % 3), n);
+          n++;
+        }
+    }
+  g_assert_cmpuint (n, ==, cap);
+  check_all (b, n);
+  for (size_t i = 0; i < n; i++)
+    {
+      check_block (&b[i]);
+      T (free) (b[i].p);
+    }
+  g_free (b);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+
+  g_test_add_func ("/sizes/every-size-0-4096", test_every_small_size);
+  g_test_add_func ("/sizes/class-boundaries", test_class_boundaries);
+  g_test_add_func ("/sizes/usable-bound", test_usable_bound);
+  g_test_add_func ("/sizes/large", test_large_sizes);
+  g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
+
+  return g_test_run ();
+}

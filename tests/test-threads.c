@@ -1,0 +1,488 @@
+/* threads: blocks freed by threads other than their allocator, blocks
+ * circulating between threads, threads exiting with live blocks, and many
+ * short-lived threads (per-thread state must be given back at exit). */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+
+/* Every message block starts with this header; the rest is a pattern. */
+typedef struct
+{
+  size_t size;     /* requested size, >= sizeof (Msg) */
+  uint64_t seed;
+  int hops;        /* remaining hops (ping-pong) */
+  int pad;
+} Msg;
+
+static size_t
+mixed_size (uint64_t *rng)
+{
+  uint64_t x = ht_rand (rng);
+  size_t s;
+  switch (x % 100)
+    {
+    case 0:
+      s = 256 * HT_KiB + (x >> 20) % (2 * HT_MiB);  /* large */
+      break;
+    case 1 ... 12:
+      s = 1024 + (x >> 20) % (64 * HT_KiB);           /* mid */
+      break;
+    default:
+      s = (x >> 20) % 1025;                           /* tiny */
+      break;
+    }
+  return s < sizeof (Msg) ? sizeof (Msg) : s;
+}
+
+static Msg *
+msg_new (size_t size, uint64_t seed)
+{
+  Msg *m = T (malloc) (size);
+  if (!m)
+    g_error ("malloc(%zu) returned NULL in a thread", size);
+  if (hak_owns (m) != 1)
+    g_error ("hak_owns(malloc(%zu)) != 1 in a thread", size);
+  m->size = size;
+  m->seed = seed;
+  m->hops = 0;
+  m->pad = 0;
+  ht_fill (m + 1, size - sizeof (Msg), seed);
+  return m;
+}
+
+static void
+msg_check (const Msg *m)
+{
+  size_t bad = ht_check (m + 1, m->size - sizeof (Msg), m->seed);
+  if (bad != SIZE_MAX)
+    g_error ("block %p (size %zu, seed %llu) damaged at offset %zu",
+             (const void *) m, m->size, (unsigned long long) m->seed,
+             bad + sizeof (Msg));
+}
+
+static void
+msg_free (Msg *m)
+{
+  msg_check (m);
+  T (free) (m);
+}
+
+static pthread_t
+spawn (void *(*fn) (void *), void *arg)
+{
+  pthread_t t;
+  int rc = pthread_create (&t, NULL, fn, arg);
+  if (rc != 0)
+    g_error ("pthread_create: %s", g_strerror (rc));
+  return t;
+}
+
+static void *
+join (pthread_t t)
+{
+  void *ret = NULL;
+  g_assert_cmpint (pthread_join (t, &ret), ==, 0);
+  return ret;
+}
+
+/* ---- cross-thread free: A allocates, B frees --------------------------- */
+
+typedef struct
+{
+  Msg **blocks;
+  size_t n;
+  uint64_t seed;
+} Batch;
+
+static void *
+batch_alloc (void *arg)
+{
+  Batch *b = arg;
+  uint64_t rng = b->seed;
+  for (size_t i = 0; i < b->n; i++)
+    b->blocks[i] = msg_new (mixed_size (&rng), b->seed * 1000003 + i);
+  return NULL;
+}
+
+static void *
+batch_free (void *arg)
+{
+  Batch *b = arg;
+  /* Free in an order unrelated to allocation order. */
+  for (size_t i = 0; i < b->n; i += 2)
+    msg_free (b->blocks[i]);
+  for (size_t i = b->n; i-- > 0;)
+    if (i % 2)
+      msg_free (b->blocks[i]);
+  return NULL;
+}
+
+static void
+test_cross_thread_free (void)
+{
+  enum { N = 20000 };
+  Batch b = { g_new0 (Msg *, N), N, 0 };
+
+  for (int round = 0; round < 4; round++)
+    {
+      b.seed = (uint64_t) round + 1;
+      join (spawn (batch_alloc, &b));
+      /* The allocating thread is gone; a second thread frees. */
+      join (spawn (batch_free, &b));
+      /* Now A allocates while B frees the previous batch, concurrently. */
+      Batch b2 = { g_new0 (Msg *, N), N, (uint64_t) round + 100 };
+      join (spawn (batch_alloc, &b));
+      pthread_t ta = spawn (batch_alloc, &b2);
+      pthread_t tb = spawn (batch_free, &b);
+      join (ta);
+      join (tb);
+      /* The main thread frees what A allocated. */
+      batch_free (&b2);
+      g_free (b2.blocks);
+    }
+  g_free (b.blocks);
+}
+
+/* Streaming: 2 producers push blocks through a queue to 2 consumers. */
+typedef struct
+{
+  GAsyncQueue *q;
+  int count;
+  uint64_t seed;
+} Stream;
+
+static Msg stop_token;
+
+static void *
+producer (void *arg)
+{
+  Stream *s = arg;
+  uint64_t rng = s->seed;
+  for (int i = 0; i < s->count; i++)
+    g_async_queue_push (s->q, msg_new (mixed_size (&rng), s->seed + (uint64_t) i));
+  return NULL;
+}
+
+static void *
+consumer (void *arg)
+{
+  Stream *s = arg;
+  size_t n = 0;
+  for (;;)
+    {
+      Msg *m = g_async_queue_pop (s->q);
+      if (m == &stop_token)
+        break;
+      msg_free (m);
+      n++;
+    }
+  return GSIZE_TO_POINTER (n);
+}
+
+static void
+test_stream (void)
+{
+  enum { PER_PRODUCER = 30000 };
+  GAsyncQueue *q = g_async_queue_new ();
+  Stream p1 = { q, PER_PRODUCER, 1u << 20 }, p2 = { q, PER_PRODUCER, 2u << 20 };
+  Stream c = { q, 0, 0 };
+
+  pthread_t tp1 = spawn (producer, &p1), tp2 = spawn (producer, &p2);
+  pthread_t tc1 = spawn (consumer, &c), tc2 = spawn (consumer, &c);
+  join (tp1);
+  join (tp2);
+  g_async_queue_push (q, &stop_token);
+  g_async_queue_push (q, &stop_token);
+  size_t n = GPOINTER_TO_SIZE (join (tc1)) + GPOINTER_TO_SIZE (join (tc2));
+  g_assert_cmpuint (n, ==, 2 * PER_PRODUCER);
+  g_async_queue_unref (q);
+}
+
+/* ---- ping-pong: blocks circulate around a ring of 4 threads ------------ */
+
+enum { RING = 4, TOKENS = 256, HOPS = 200 };
+
+typedef struct
+{
+  GAsyncQueue *inbox[RING];
+  gint live;
+} Ring;
+
+typedef struct
+{
+  Ring *ring;
+  int id;
+} RingArg;
+
+static void *
+ring_thread (void *arg)
+{
+  RingArg *a = arg;
+  Ring *r = a->ring;
+  uint64_t rng = (uint64_t) a->id * 7919 + 1;
+  GAsyncQueue *next = r->inbox[(a->id + 1) % RING];
+
+  for (;;)
+    {
+      Msg *m = g_async_queue_pop (r->inbox[a->id]);
+      if (m == &stop_token)
+        break;
+      msg_check (m);
+      int hops = m->hops - 1;
+      if (hops <= 0)
+        {
+          T (free) (m);
+          g_atomic_int_add (&r->live, -1);
+          continue;
+        }
+      uint64_t x = ht_rand (&rng) % 3;
+      if (x == 0)
+        {
+          /* Free here, send a fresh block on. */
+          T (free) (m);
+          m = msg_new (mixed_size (&rng), ht_rand (&rng));
+        }
+      else if (x == 1)
+        {
+          /* Resize a block allocated by another thread. */
+          size_t old = m->size, ns = mixed_size (&rng);
+          m = T (realloc) (m, ns);
+          if (!m)
+            g_error ("realloc(%zu -> %zu) returned NULL", old, ns);
+          size_t keep = (old < ns ? old : ns) - sizeof (Msg);
+          ht_assert_pattern (m + 1, keep, m->seed);
+          m->size = ns;
+          ht_fill (m + 1, ns - sizeof (Msg), m->seed);
+        }
+      m->hops = hops;
+      g_async_queue_push (next, m);
+    }
+  return NULL;
+}
+
+static void
+test_ping_pong (void)
+{
+  Ring r;
+  RingArg args[RING];
+  pthread_t t[RING];
+  uint64_t rng = 77;
+
+  for (int i = 0; i < RING; i++)
+    r.inbox[i] = g_async_queue_new ();
+  r.live = TOKENS;
+  for (int i = 0; i < RING; i++)
+    {
+      args[i].ring = &r;
+      args[i].id = i;
+      t[i] = spawn (ring_thread, &args[i]);
+    }
+  for (int k = 0; k < TOKENS; k++)
+    {
+      Msg *m = msg_new (mixed_size (&rng), (uint64_t) k);
+      m->hops = HOPS;
+      g_async_queue_push (r.inbox[k % RING], m);
+    }
+  /* Wait for every token to run out of hops (the meson timeout bounds this). */
+  while (g_atomic_int_get (&r.live) > 0)
+    g_usleep (1000);
+  for (int i = 0; i < RING; i++)
+    g_async_queue_push (r.inbox[i], &stop_token);
+  for (int i = 0; i < RING; i++)
+    join (t[i]);
+  for (int i = 0; i < RING; i++)
+    {
+      g_assert_cmpint (g_async_queue_length (r.inbox[i]), ==, 0);
+      g_async_queue_unref (r.inbox[i]);
+    }
+}
+
+/* ---- threads exiting with live blocks --------------------------------- */
+
+typedef struct
+{
+  Msg *live[3000];
+  size_t n;
+  uint64_t seed;
+} Leftover;
+
+static void *
+leave_blocks (void *arg)
+{
+  Leftover *l = arg;
+  uint64_t rng = l->seed;
+  Msg *tmp[3000];
+  /* Allocate, free half (so this thread's caches hold blocks at exit), keep
+   * the other half live for main. */
+  for (size_t i = 0; i < G_N_ELEMENTS (tmp); i++)
+    tmp[i] = msg_new (mixed_size (&rng), l->seed * 100000 + i);
+  l->n = 0;
+  for (size_t i = 0; i < G_N_ELEMENTS (tmp); i++)
+    {
+      if (i % 2)
+        msg_free (tmp[i]);
+      else
+        l->live[l->n++] = tmp[i];
+    }
+  return NULL;
+}
+
+static void
+test_exit_with_live_blocks (void)
+{
+  enum { NT = 8 };
+  Leftover *l = g_new0 (Leftover, NT);
+  pthread_t t[NT];
+
+  for (int i = 0; i < NT; i++)
+    {
+      l[i].seed = (uint64_t) i + 1;
+      t[i] = spawn (leave_blocks, &l[i]);
+    }
+  for (int i = 0; i < NT; i++)
+    join (t[i]);
+
+  /* The exited threads' cached memory gets reused; their live blocks must
+   * not be handed out again. */
+  uint64_t rng = 99;
+  Msg **fresh = g_new0 (Msg *, 20000);
+  for (int i = 0; i < 20000; i++)
+    fresh[i] = msg_new (mixed_size (&rng), 555555 + (uint64_t) i);
+  for (int i = 0; i < NT; i++)
+    for (size_t k = 0; k < l[i].n; k++)
+      msg_check (l[i].live[k]);
+
+  /* Half of the leftovers freed by main, half by a new thread. */
+  for (int i = 0; i < NT; i += 2)
+    for (size_t k = 0; k < l[i].n; k++)
+      msg_free (l[i].live[k]);
+  Batch b = { g_new0 (Msg *, NT / 2 * G_N_ELEMENTS (l[0].live)), 0, 0 };
+  for (int i = 1; i < NT; i += 2)
+    for (size_t k = 0; k < l[i].n; k++)
+      b.blocks[b.n++] = l[i].live[k];
+  join (spawn (batch_free, &b));
+  g_free (b.blocks);
+
+  for (int i = 0; i < 20000; i++)
+    msg_free (fresh[i]);
+  g_free (fresh);
+  g_free (l);
+}
+
+/* ---- many short-lived threads: no per-thread leak --------------------- */
+
+typedef struct
+{
+  uint64_t seed;
+  Msg *keep[4];     /* left live for the main thread to free */
+} Cycle;
+
+static void *
+cycle_thread (void *arg)
+{
+  Cycle *c = arg;
+  uint64_t rng = c->seed;
+  Msg *tiny[600], *mid[24], *large[2];
+
+  for (size_t i = 0; i < G_N_ELEMENTS (tiny); i++)
+    tiny[i] = msg_new (sizeof (Msg) + ht_rand (&rng) % 1000, c->seed + i);
+  for (size_t i = 0; i < G_N_ELEMENTS (mid); i++)
+    mid[i] = msg_new (1024 + ht_rand (&rng) % (48 * HT_KiB), c->seed + 1000 + i);
+  for (size_t i = 0; i < G_N_ELEMENTS (large); i++)
+    large[i] = msg_new (300 * HT_KiB + ht_rand (&rng) % (700 * HT_KiB),
+                        c->seed + 2000 + i);
+  for (size_t i = 0; i < G_N_ELEMENTS (c->keep); i++)
+    c->keep[i] = msg_new (sizeof (Msg) + ht_rand (&rng) % 3000, c->seed + 3000 + i);
+
+  for (size_t i = 0; i < G_N_ELEMENTS (tiny); i++)
+    msg_free (tiny[i]);
+  for (size_t i = 0; i < G_N_ELEMENTS (mid); i++)
+    msg_free (mid[i]);
+  for (size_t i = 0; i < G_N_ELEMENTS (large); i++)
+    msg_free (large[i]);
+  return NULL;
+}
+
+static void
+run_cycles (int cycles, int batch)
+{
+  Cycle *c = g_new0 (Cycle, batch);
+  pthread_t *t = g_new0 (pthread_t, batch);
+
+  for (int done = 0; done < cycles; done += batch)
+    {
+      for (int i = 0; i < batch; i++)
+        {
+          c[i].seed = (uint64_t) (done + i) * 1000003;
+          t[i] = spawn (cycle_thread, &c[i]);
+        }
+      for (int i = 0; i < batch; i++)
+        join (t[i]);
+      for (int i = 0; i < batch; i++)
+        for (size_t k = 0; k < G_N_ELEMENTS (c[i].keep); k++)
+          msg_free (c[i].keep[k]);
+    }
+  g_free (c);
+  g_free (t);
+}
+
+static void
+test_create_exit_cycles (void)
+{
+  run_cycles (40, 4);   /* warm up: first slabs, caches, thread stacks */
+  size_t rss0 = ht_rss_bytes ();
+  run_cycles (2000, 4);
+  size_t rss1 = ht_rss_bytes ();
+  g_test_message ("RSS before %zu KiB, after 2000 thread cycles %zu KiB",
+                  rss0 / 1024, rss1 / 1024);
+  if (rss1 > rss0 + 256 * HT_MiB)
+    g_error ("RSS grew by %zu MiB over 2000 thread create/exit cycles: "
+             "per-thread memory is not given back at thread exit",
+             (rss1 - rss0) / HT_MiB);
+}
+
+/* All threads hammer the same size classes at once. */
+static void *
+hammer (void *arg)
+{
+  uint64_t rng = GPOINTER_TO_SIZE (arg);
+  Msg *slot[64] = { 0 };
+  for (int i = 0; i < 100000; i++)
+    {
+      size_t k = ht_rand (&rng) % 64;
+      if (slot[k])
+        msg_free (slot[k]);
+      slot[k] = msg_new (sizeof (Msg) + (k % 8) * 16 + (k == 3 ? 5000 : 0),
+                         ht_rand (&rng));
+    }
+  for (int k = 0; k < 64; k++)
+    if (slot[k])
+      msg_free (slot[k]);
+  return NULL;
+}
+
+static void
+test_contention (void)
+{
+  enum { NT = 8 };
+  pthread_t t[NT];
+  for (int i = 0; i < NT; i++)
+    t[i] = spawn (hammer, GSIZE_TO_POINTER ((gsize) i + 1));
+  for (int i = 0; i < NT; i++)
+    join (t[i]);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+
+  g_test_add_func ("/threads/cross-thread-free", test_cross_thread_free);
+  g_test_add_func ("/threads/stream", test_stream);
+  g_test_add_func ("/threads/ping-pong", test_ping_pong);
+  g_test_add_func ("/threads/exit-with-live-blocks", test_exit_with_live_blocks);
+  g_test_add_func ("/threads/create-exit-cycles", test_create_exit_cycles);
+  g_test_add_func ("/threads/contention", test_contention);
+
+  return g_test_run ();
+}
