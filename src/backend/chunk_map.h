@@ -28,12 +28,12 @@ enum hak_chunk_kind {
 #define HAK_MAX_SS           (HAK_SS_ENTRY_CHECKED - HAK_SS_ENTRY_BASE)   /* 64 GiB of SuperSlabs */
 
 #define HAK_CHUNK_MAP_ENTRIES ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
-extern uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
+HAK_DATA uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
 /* Class tag of every slab of every SuperSlab, by SuperSlab index. */
-extern uint8_t hak_ss_tags[HAK_MAX_SS][32];
+HAK_DATA uint8_t hak_ss_tags[HAK_MAX_SS][32];
 
 /* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */
-extern uint16_t hak_ss_entry_flag;
+HAK_DATA uint16_t hak_ss_entry_flag;
 
 HAK_INLINE unsigned hak_chunk_entry(const void *p) {
     uintptr_t a = (uintptr_t)p;
@@ -57,6 +57,6 @@ void hak_chunk_map_clear(void *base, size_t size);
 
 /* Bumped whenever hakmem unmaps chunks, so caches of "this chunk is ours"
  * (the mincore safety box keeps one) know to forget. */
-extern unsigned hak_chunk_unmap_epoch;
+HAK_DATA unsigned hak_chunk_unmap_epoch;
 
 #endif

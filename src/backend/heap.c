@@ -1,6 +1,7 @@
 #include "backend/heap.h"
 #include "backend/os.h"
 #include "core/track.h"
+#include "safety/safety.h"
 
 #include <string.h>
 
@@ -92,6 +93,12 @@ static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
 static void slab_put(struct hak_heap *h, void *p) {
     struct hak_superslab *ss = hak_ss_of(p);
     struct hak_slab *s = hak_slab_of(ss, p);
+    /* the free path checks mid-size blocks only for 16-byte alignment: an
+     * interior pointer is caught here, before it can corrupt the run */
+    if (HAK_UNLIKELY(!hak_slab_is_block_start(s, p))) {
+        hak_report_bad("free", p, HAK_REASON_INTERIOR);
+        return;
+    }
     hak_link_set(p, s->free);
     s->free = p;
     s->nfree++;
@@ -120,7 +127,7 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
             h->current[cls] = s;
         }
         unsigned got = 0;
-        if (s->nfree && !bin->head && s->nfree <= bin->max) {
+        if (s->nfree && !bin->head && s->nfree <= bin->room) {
             /* an empty bin takes the whole list as it is: O(1), and no cold
              * block is touched before the program asks for it */
             got = s->nfree;
@@ -154,7 +161,7 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
         }
         if (got) {
             s->used += got;
-            bin->count += got;
+            bin->room -= got < bin->room ? got : bin->room;
             h->st.refills++;
             h->st.refilled_blocks += got;
             h->st.class_refills[cls]++;
@@ -183,7 +190,7 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
     for (unsigned i = 0; i < n && bin->head; i++) {
         void *p = bin->head;
         bin->head = hak_link_get(p);
-        bin->count--;
+        bin->room++;
         struct hak_heap *owner = hak_ss_of(p)->owner;
         if (owner == h) { slab_put(h, p); continue; }
         if (owner != chain_owner && chain_first) {
@@ -214,6 +221,22 @@ void hak_heap_drain_inbox(struct hak_heap *h) {
         h->st.inbox_blocks++;
         p = next;
     }
+}
+
+int hak_heap_holds_free(struct hak_heap *h, const void *p) {
+    struct hak_superslab *ss = hak_ss_of(p);
+    if (ss->owner == h) {
+        struct hak_slab *s = hak_slab_of(ss, p);
+        uint32_t n = 0;
+        for (void *q = s->free; q && n < s->nfree; q = hak_link_get(q), n++)
+            if (q == p) return 1;
+    }
+    /* blocks other threads sent back; only the owner unlinks them */
+    unsigned n = 0;
+    for (void *q = atomic_load_explicit(&h->inbox, memory_order_acquire); q && n < 65536;
+         q = hak_link_get(q), n++)
+        if (q == p) return 1;
+    return 0;
 }
 
 /* ---- thread exit -------------------------------------------------------- */

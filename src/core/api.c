@@ -31,13 +31,13 @@ static void *alloc_class(unsigned cls) {
     }
     struct hak_bin *b = &t->bins[cls];
     void *p = b->head;
-    if (p) {
-        b->head = hak_link_get(p);
-        b->count--;
-        return p;
-    }
+    if (p) return hak_bin_pop(b, p);
     p = hak_cache_for(cls)->alloc_miss(t, cls);
-    if (HAK_UNLIKELY(!p)) errno = ENOMEM;
+    if (HAK_UNLIKELY(!p)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    hak_mark_clear(hak_free_mark(p));
     return p;
 }
 
@@ -51,12 +51,21 @@ HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     return alloc_large(size, 0);
 }
 
-HAK_COLD static void report_invalid(const char *op, const void *p) {
-    long mode = hak_opt(HAK_OPT_ON_ERROR);
-    if (mode == 2) return;   /* ignore */
-    hak_log("hakmem: error: %s(%p): not a block hakmem handed out (interior pointer, "
-            "double free or garbage)%s\n", op, p, mode == 0 ? "; aborting" : "; call ignored");
-    if (mode == 0) abort();
+/* Checks a pointer for free or realloc; returns its kind, or
+ * HAK_PTR_INVALID after reporting it (the call must then do nothing). */
+static enum hak_ptr_kind checked_classify(const char *op, void *p, struct hak_ptr_info *info) {
+    enum hak_ptr_kind k = hak_safety->classify(p, info);
+    if (!hak_safety->checks) return k;
+    if (k == HAK_PTR_SMALL && hak_mark_read(hak_free_mark(p)) == hak_free_cookie &&
+        hak_small_is_free(p, info->cls)) {
+        info->reason = HAK_REASON_DOUBLE;
+        k = HAK_PTR_INVALID;
+    } else if (k == HAK_PTR_FOREIGN && !hak_foreign_plausible(p)) {
+        info->reason = HAK_REASON_FOREIGN;
+        k = HAK_PTR_INVALID;
+    }
+    if (k == HAK_PTR_INVALID) hak_report_bad(op, p, info->reason);
+    return k;
 }
 
 static void free_small(void *p, unsigned cls) {
@@ -64,23 +73,18 @@ static void free_small(void *p, unsigned cls) {
     if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap())
         return;   /* no memory even for a heap: the block is lost, never reused twice */
     struct hak_bin *b = &t->bins[cls];
-    if (b->count < b->max) {
-        hak_link_set(p, b->head);
-        b->head = p;
-        b->count++;
-        return;
-    }
-    hak_cache_for(cls)->free_miss(t, p, cls);
+    if (b->room) hak_bin_push(b, p);
+    else hak_cache_for(cls)->free_miss(t, p, cls);
 }
 
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     struct hak_ptr_info info;
-    switch (hak_safety->classify(p, &info)) {
-    case HAK_PTR_SMALL:   hak_track_free(p); free_small(p, info.cls); return;
+    switch (checked_classify("free", p, &info)) {
+    case HAK_PTR_SMALL:   free_small(p, info.cls); return;
     case HAK_PTR_LARGE:   hak_track_free(p); hak_large_free(info.large); return;
     case HAK_PTR_FOREIGN: __libc_free(p); return;
-    case HAK_PTR_INVALID: report_invalid("free", p); return;
+    case HAK_PTR_INVALID: return;
     }
 }
 
@@ -210,11 +214,11 @@ HAK_EXPORT void *hak_pvalloc(size_t size) {
 HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     if (!p) return 0;
     struct hak_ptr_info info;
-    switch (hak_safety->classify(p, &info)) {
+    switch (checked_classify("malloc_usable_size", p, &info)) {
     case HAK_PTR_SMALL:   return hak_class_size[info.cls];
     case HAK_PTR_LARGE:   return info.large->usable;
     case HAK_PTR_FOREIGN: return foreign_usable_size(p);
-    case HAK_PTR_INVALID: report_invalid("malloc_usable_size", p); return 0;
+    case HAK_PTR_INVALID: return 0;
     }
     return 0;
 }
@@ -235,7 +239,7 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
         return NULL;
     }
     struct hak_ptr_info info;
-    switch (hak_safety->classify(p, &info)) {
+    switch (checked_classify("realloc", p, &info)) {
     case HAK_PTR_SMALL: {
         size_t old = hak_class_size[info.cls];
         /* keep it in place unless it would waste three quarters */
@@ -257,7 +261,6 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     case HAK_PTR_FOREIGN:
         return __libc_realloc(p, size);
     case HAK_PTR_INVALID:
-        report_invalid("realloc", p);
         errno = EINVAL;
         return NULL;
     }

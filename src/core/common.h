@@ -14,6 +14,9 @@
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
 #define HAK_EXPORT      __attribute__((visibility("default")))
+/* Internal data declared in headers: hidden, so code reaches it PC-relative
+ * instead of through the GOT (-fvisibility=hidden covers definitions only). */
+#define HAK_DATA        extern __attribute__((visibility("hidden")))
 
 /* Everything hakmem hands out lives in 2 MiB-aligned chunks: a SuperSlab is
  * one chunk, a large span is one or more. The chunk map (one byte per chunk)

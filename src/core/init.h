@@ -4,7 +4,7 @@
 
 #include "core/common.h"
 
-extern atomic_int hak_init_state;   /* 2 once the process is set up */
+HAK_DATA atomic_int hak_init_state;   /* 2 once the process is set up */
 void hak_init_slow(void);
 
 static inline void hak_init(void) {

@@ -32,7 +32,7 @@ struct hak_option {
     const char *source;        /* "default", "env", "build" */
 };
 
-extern struct hak_option hak_options[HAK_OPT_COUNT];
+HAK_DATA struct hak_option hak_options[HAK_OPT_COUNT];
 
 /* Scans envp once and resolves every option; warns (one line on stderr) about
  * unknown HAKMEM_* names and bad values, which keep the default. */

@@ -10,6 +10,16 @@ const uint32_t hak_class_size[HAK_NCLASS] = {
 #undef HAK_QUARTERS
 };
 
+uint64_t hak_class_start_magic[HAK_NBINS];
+
+void hak_size_class_init(void) {
+    for (unsigned c = 0; c < HAK_NCLASS; c++) {
+        uint64_t d = hak_class_size[c] <= 4096 ? hak_class_size[c] : 16;
+        hak_class_start_magic[c] = UINT64_MAX / d + 1;
+    }
+    hak_class_start_magic[HAK_CLASS_INVALID] = 0;
+}
+
 /* index: (n + 15) / 16 for n in 0..1024 -> smallest class that fits */
 const uint8_t hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1] = {
     0, 0, 1, 2, 3, 4, 5, 6, 7,             /* 0..128    */

@@ -14,8 +14,16 @@
 #define HAK_NBINS        (HAK_NCLASS + 1)
 #define HAK_TINY_NCLASS  20                    /* classes <= 1 KiB  */
 
-extern const uint32_t hak_class_size[HAK_NCLASS];
-extern const uint8_t  hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1];
+HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
+/* Divisibility magic for the free path's block-start check: an offset n
+ * (< 2^32) from the run start is a multiple of the class size d exactly when
+ * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Classes up
+ * to 4 KiB have single-slab runs, so the offset is the pointer's low 16 bits;
+ * larger classes get the magic of 16 (their block starts are checked in
+ * full when they leave the cache). HAK_CLASS_INVALID gets 0: always fails. */
+HAK_DATA uint64_t hak_class_start_magic[HAK_NBINS];
+void hak_size_class_init(void);
+HAK_DATA const uint8_t  hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1];
 
 /* Class of a request of n bytes, n <= HAK_TINY_MAX: one table load. */
 HAK_INLINE unsigned hak_tiny_class(size_t n) {

@@ -21,6 +21,19 @@
 #define hak_track_resize(p, old, new)    VALGRIND_RESIZEINPLACE_BLOCK((p), (old), (new), 0)
 #define hak_track_noaccess(p, n)         VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 
+/* malloc clears a block's free mark just before the block is handed out
+ * (and described to memcheck) */
+HAK_INLINE void hak_mark_clear(uint32_t *mark) {
+    VALGRIND_MAKE_MEM_UNDEFINED(mark, sizeof *mark);
+    *mark = 0;
+}
+/* free reads the mark of a block the program may never have written: that
+ * is the allocator's business, not an uninitialised read by the program.
+ * A block already freed stays no-access, so memcheck still sees that. */
+HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) {
+    VALGRIND_MAKE_MEM_DEFINED_IF_ADDRESSABLE(mark, sizeof *mark);
+    return *mark;
+}
 HAK_INLINE void *hak_link_get(void *blk) {
     VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(void *));
     void *next = *(void **)blk;
@@ -39,6 +52,8 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 #define hak_track_resize(p, old, new)    do { } while (0)
 #define hak_track_noaccess(p, n)         do { } while (0)
 
+HAK_INLINE void hak_mark_clear(uint32_t *mark) { *mark = 0; }
+HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) { return *mark; }
 HAK_INLINE void *hak_link_get(void *blk) { return *(void **)blk; }
 HAK_INLINE void hak_link_set(void *blk, void *next) { *(void **)blk = next; }
 #endif

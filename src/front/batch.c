@@ -3,28 +3,23 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "core/track.h"
+#include "core/fastpath.h"
 
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     unsigned want = b->max / 2;
     if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
-    void *p = b->head;
-    b->head = hak_link_get(p);
-    b->count--;
-    return p;
+    return hak_bin_pop(b, b->head);
 }
 
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
-    if (b->count >= b->max)
-        hak_heap_flush(t->heap, b, b->count - b->max / 2);
-    hak_link_set(p, b->head);
-    b->head = p;
-    b->count++;
+    if (!b->room)
+        hak_heap_flush(t->heap, b, hak_bin_count(b) - b->max / 2);
+    hak_bin_push(b, p);
 }
 
 void hak_cache_flush_all(struct hak_tls *t) {
     for (unsigned c = 0; c < HAK_NCLASS; c++)
-        if (t->bins[c].count) hak_heap_flush(t->heap, &t->bins[c], t->bins[c].count);
+        if (t->bins[c].head) hak_heap_flush(t->heap, &t->bins[c], hak_bin_count(&t->bins[c]));
 }

@@ -5,7 +5,7 @@
  * measure what the caches buy. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "core/track.h"
+#include "core/fastpath.h"
 
 static uint32_t direct_capacity(unsigned cls) {
     (void)cls;
@@ -20,7 +20,8 @@ static void *direct_alloc_miss(struct hak_tls *t, unsigned cls) {
 
 static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     (void)cls;
-    struct hak_bin one = { .head = p, .count = 1 };
+    struct hak_bin one = { .head = p, .room = 0, .max = 1 };
+    hak_block_freed(p);
     hak_link_set(p, NULL);
     hak_heap_flush(t->heap, &one, 1);
 }

@@ -20,19 +20,20 @@ struct hak_cache_ops {
     uint32_t (*capacity)(unsigned cls);
     /* malloc found bins[cls] empty: return one block, or NULL (no memory). */
     void *(*alloc_miss)(struct hak_tls *t, unsigned cls);
-    /* free found bins[cls] full: take p, a validated block of class cls. */
+    /* free found bins[cls] full: take p, a validated block of class cls that
+     * is still the program's (not yet marked free). */
     void (*free_miss)(struct hak_tls *t, void *p, unsigned cls);
 };
 
-extern const struct hak_cache_ops hak_front_tcache;
-extern const struct hak_cache_ops hak_cache_direct;   /* "none" for either box */
+HAK_DATA const struct hak_cache_ops hak_front_tcache;
+HAK_DATA const struct hak_cache_ops hak_cache_direct;   /* "none" for either box */
 #if HAVE_POOL_TLS_BOX
-extern const struct hak_cache_ops hak_pool_tls;
+HAK_DATA const struct hak_cache_ops hak_pool_tls;
 #endif
 
 /* The boxes chosen at init; frozen afterwards. */
-extern const struct hak_cache_ops *hak_front;
-extern const struct hak_cache_ops *hak_pool;
+HAK_DATA const struct hak_cache_ops *hak_front;
+HAK_DATA const struct hak_cache_ops *hak_pool;
 
 static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
     return cls < HAK_TINY_NCLASS ? hak_front : hak_pool;

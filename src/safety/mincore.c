@@ -91,7 +91,10 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
     }
     if (k == HAK_CHUNK_LARGE) {
         struct hak_large *h = (struct hak_large *)base;
-        if (h->user != p) return HAK_PTR_INVALID;
+        if (h->user != p) {
+            info->reason = h->user ? HAK_REASON_INTERIOR : HAK_REASON_DOUBLE;
+            return HAK_PTR_INVALID;
+        }
         info->large = h;
         return HAK_PTR_LARGE;
     }
@@ -101,5 +104,6 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
 const struct hak_safety_ops hak_safety_mincore = {
     .name = "mincore",
     .ss_entry_flag = HAK_SS_ENTRY_CHECKED,
+    .checks = 1,
     .classify = mincore_classify,
 };

@@ -13,16 +13,26 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
     case HAK_CHUNK_SS_CHECKED: {
         struct hak_superslab *ss = hak_ss_of(p);
         unsigned cls = hak_ss_tags[hak_entry_ss_index(chunk_entry)][hak_slab_index(p)];
-        if (cls >= HAK_NCLASS) return HAK_PTR_INVALID;   /* free slab or header */
-        if (check_block && !hak_slab_is_block_start(hak_slab_of(ss, p), p))
+        if (cls >= HAK_NCLASS) {           /* a free slab, or the header */
+            info->reason = hak_slab_index(p) == 0 ? HAK_REASON_FOREIGN : HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
+        }
+        if (check_block && !hak_slab_is_block_start(hak_slab_of(ss, p), p)) {
+            info->reason = HAK_REASON_INTERIOR;
+            return HAK_PTR_INVALID;
+        }
         info->cls = cls;
         return HAK_PTR_SMALL;
     }
     case HAK_CHUNK_LARGE:
     case HAK_CHUNK_LARGE_TAIL: {
         struct hak_large *h = hak_large_header(p);
-        if (!h || (check_block && h->user != p)) return HAK_PTR_INVALID;
+        if (!h || (check_block && h->user != p)) {
+            /* a freed span in the cache keeps its header with user == NULL */
+            info->reason = (h && !h->user && (uintptr_t)p - (uintptr_t)h < HAK_CHUNK_SIZE)
+                               ? HAK_REASON_DOUBLE : HAK_REASON_INTERIOR;
+            return HAK_PTR_INVALID;
+        }
         info->large = h;
         return HAK_PTR_LARGE;
     }
@@ -38,5 +48,6 @@ static enum hak_ptr_kind registry_classify(const void *p, struct hak_ptr_info *i
 const struct hak_safety_ops hak_safety_registry = {
     .name = "registry",
     .ss_entry_flag = 0,
+    .checks = 1,
     .classify = registry_classify,
 };

@@ -26,25 +26,61 @@ enum hak_ptr_kind {
 struct hak_ptr_info {
     unsigned cls;
     struct hak_large *large;
+    const char *reason;   /* for HAK_PTR_INVALID: what is wrong with it */
 };
 
 struct hak_safety_ops {
     const char *name;
     uint16_t ss_entry_flag;
+    /* 1: look for double frees and check foreign pointers before they go to
+     * the C library (see safety/badfree.c); 0: trust every pointer. */
+    int checks;
     enum hak_ptr_kind (*classify)(const void *p, struct hak_ptr_info *info);
 };
 
-extern const struct hak_safety_ops hak_safety_registry;
-extern const struct hak_safety_ops hak_safety_trust;
+HAK_DATA const struct hak_safety_ops hak_safety_registry;
+HAK_DATA const struct hak_safety_ops hak_safety_trust;
 #if HAVE_MINCORE_BOX
-extern const struct hak_safety_ops hak_safety_mincore;
+HAK_DATA const struct hak_safety_ops hak_safety_mincore;
+/* Bad-free handling (safety/badfree.c), shared by the boxes that check. */
+#define HAK_REASON_DOUBLE   "double free"
+#define HAK_REASON_INTERIOR "interior pointer (not the start of a block)"
+#define HAK_REASON_FOREIGN  "not allocated by hakmem"
+
+/* Reports a bad call as HAKMEM_ON_ERROR says: one line on stderr, then
+ * abort (default), or just the line (warn), or nothing (ignore). Returns
+ * only when the process goes on; the call must then have no effect. */
+void hak_report_bad(const char *op, const void *p, const char *reason);
+/* A small block whose free mark is set: 1 if it really is free already
+ * (found in the caller's bin, its run's free list or its heap's inbox). */
+int hak_small_is_free(void *p, unsigned cls);
+/* 1 when a pointer hakmem does not own looks like a C-library block (so it
+ * can be handed on); 0 for stack, static, misaligned or unreadable ones. */
+int hak_foreign_plausible(const void *p);
+
 #endif
-extern const struct hak_safety_ops *hak_safety;
+HAK_DATA const struct hak_safety_ops *hak_safety;
 
 /* The checks shared by the boxes once a chunk's map entry is known:
  * SuperSlab block start in a live run, or the exact user pointer of a large
  * span. */
 enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
                                         int check_block, struct hak_ptr_info *info);
+
+/* Bad-free handling (safety/badfree.c), shared by the boxes that check. */
+#define HAK_REASON_DOUBLE   "double free"
+#define HAK_REASON_INTERIOR "interior pointer (not the start of a block)"
+#define HAK_REASON_FOREIGN  "not allocated by hakmem"
+
+/* Reports a bad call as HAKMEM_ON_ERROR says: one line on stderr, then
+ * abort (default), or just the line (warn), or nothing (ignore). Returns
+ * only when the process goes on; the call must then have no effect. */
+void hak_report_bad(const char *op, const void *p, const char *reason);
+/* A small block whose free mark is set: 1 if it really is free already
+ * (found in the caller's bin, its run's free list or its heap's inbox). */
+int hak_small_is_free(void *p, unsigned cls);
+/* 1 when a pointer hakmem does not own looks like a C-library block (so it
+ * can be handed on); 0 for stack, static, misaligned or unreadable ones. */
+int hak_foreign_plausible(const void *p);
 
 #endif

@@ -11,5 +11,6 @@ static enum hak_ptr_kind trust_classify(const void *p, struct hak_ptr_info *info
 const struct hak_safety_ops hak_safety_trust = {
     .name = "none",
     .ss_entry_flag = 0,
+    .checks = 0,
     .classify = trust_classify,
 };
