@@ -45,6 +45,50 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) ss->slabs[i].index = (uint8_t)i;
 }
 
+/* Maps SuperSlabs several at a time (more as the process grows), so a
+ * growing heap makes few mmap calls; the extra ones wait in the pool,
+ * untouched. Returns one, or NULL when no memory or index is left. */
+static struct hak_superslab *map_batch(void) {
+    hak_spin_lock(&pool.lock);
+    unsigned want = pool.st.mapped < 4 ? 1 : pool.st.mapped < 32 ? 4 : 8;
+    uint32_t index[8];
+    unsigned n = 0;
+    while (n < want && index_take(&index[n])) n++;
+    hak_spin_unlock(&pool.lock);
+    if (!n) return NULL;   /* HAK_MAX_SS SuperSlabs in use */
+    char *base = hak_os_map_aligned(n * HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
+    unsigned got = base ? n : 0;
+    if (!base && n > 1 && (base = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE)))
+        got = 1;   /* near the address-space limit: one at a time */
+    hak_spin_lock(&pool.lock);
+    while (n > got) free_index[nfree_index++] = (uint16_t)index[--n];
+    if (!got) {
+        hak_spin_unlock(&pool.lock);
+        return NULL;
+    }
+    pool.st.mapped += got;
+    pool.st.live++;
+    hak_spin_unlock(&pool.lock);
+    for (unsigned i = 0; i < got; i++) {
+        struct hak_superslab *ss = (struct hak_superslab *)(base + i * HAK_CHUNK_SIZE);
+        ss->index = index[i];
+        memset(hak_ss_tags[index[i]], HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
+        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, (HAK_SS_ENTRY_BASE + index[i]) | hak_ss_entry_flag, 0);
+    }
+    if (got > 1) {
+        hak_spin_lock(&pool.lock);
+        for (unsigned i = 1; i < got; i++) {
+            struct hak_superslab *ss = (struct hak_superslab *)(base + i * HAK_CHUNK_SIZE);
+            ss->purged = 1;   /* fresh pages: as cheap to hold as purged ones */
+            ss->next = pool.purged;
+            pool.purged = ss;
+            pool.npurged++;
+        }
+        hak_spin_unlock(&pool.lock);
+    }
+    return (struct hak_superslab *)base;
+}
+
 struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
     struct hak_superslab *ss = NULL;
     hak_spin_lock(&pool.lock);
@@ -59,26 +103,7 @@ struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
     }
     if (ss) { pool.st.reused++; pool.st.live++; }
     hak_spin_unlock(&pool.lock);
-    if (!ss) {
-        uint32_t index;
-        hak_spin_lock(&pool.lock);
-        int ok = index_take(&index);
-        hak_spin_unlock(&pool.lock);
-        if (!ok) return NULL;   /* HAK_MAX_SS SuperSlabs in use */
-        ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
-        hak_spin_lock(&pool.lock);
-        if (!ss) {
-            free_index[nfree_index++] = (uint16_t)index;
-            hak_spin_unlock(&pool.lock);
-            return NULL;
-        }
-        pool.st.mapped++;
-        pool.st.live++;
-        hak_spin_unlock(&pool.lock);
-        ss->index = index;
-        memset(hak_ss_tags[index], HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
-        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, (HAK_SS_ENTRY_BASE + index) | hak_ss_entry_flag, 0);
-    }
+    if (!ss && !(ss = map_batch())) return NULL;
     ss_format(ss, owner);
     return ss;
 }
