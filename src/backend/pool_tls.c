@@ -6,10 +6,11 @@
  * owner through its lock-free inbox (backend/heap.c). */
 #include "front/front.h"
 
-/* About 256 KiB per class, between 2 and 32 blocks. */
+/* About 512 KiB per class, between 4 and 64 blocks: measured faster and
+ * no larger in RSS than 256 KiB on mid_large_mt (fewer refill/flush trips). */
 static uint32_t pool_capacity(unsigned cls) {
-    uint32_t n = (256u << 10) / hak_class_size[cls];
-    return n < 2 ? 2 : n > 32 ? 32 : n;
+    uint32_t n = (512u << 10) / hak_class_size[cls];
+    return n < 4 ? 4 : n > 64 ? 64 : n;
 }
 
 const struct hak_cache_ops hak_pool_tls = {

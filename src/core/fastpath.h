@@ -45,11 +45,13 @@ HAK_INLINE void hak_bin_push(struct hak_bin *b, void *p) {
 }
 
 HAK_INLINE void *hak_alloc_inline(size_t size) {
-    if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
-        struct hak_bin *b = &hak_tls.bins[hak_tiny_class(size)];
-        void *p = b->head;
-        if (HAK_LIKELY(p != NULL)) return hak_bin_pop(b, p);
-    }
+    unsigned cls;
+    if (HAK_LIKELY(size <= HAK_TINY_MAX)) cls = hak_tiny_class(size);
+    else if (size <= HAK_SMALL_MAX) cls = hak_mid_class(size);   /* Pool TLS bins */
+    else return hak_alloc_slow(size);
+    struct hak_bin *b = &hak_tls.bins[cls];
+    void *p = b->head;
+    if (HAK_LIKELY(p != NULL)) return hak_bin_pop(b, p);
     return hak_alloc_slow(size);
 }
 

@@ -30,15 +30,18 @@ HAK_INLINE unsigned hak_tiny_class(size_t n) {
     return hak_tiny_class_index[(n + 15) >> 4];
 }
 
-/* Class of any n <= HAK_SMALL_MAX. */
-static inline unsigned hak_class_of(size_t n) {
-    if (n <= HAK_TINY_MAX)
-        return hak_tiny_class(n);
-    /* four classes per power of two above 1 KiB: 1280, 1536, 1792, 2048, ... */
+/* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: four classes per power of
+ * two above 1 KiB (1280, 1536, 1792, 2048, ...), a few ALU operations. */
+HAK_INLINE unsigned hak_mid_class(size_t n) {
     size_t m = n - 1;
     unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
     unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
     return HAK_TINY_NCLASS + (lg - 10) * 4 + quarter;
+}
+
+/* Class of any n <= HAK_SMALL_MAX. */
+static inline unsigned hak_class_of(size_t n) {
+    return n <= HAK_TINY_MAX ? hak_tiny_class(n) : hak_mid_class(n);
 }
 
 #endif
