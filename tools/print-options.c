@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
     if (!b || !e) { fprintf(stderr, "%s: option table markers not found\n", argv[2]); return 1; }
     b += strlen(BEGIN_MARK);
     if (!strcmp(argv[1], "--check")) {
-        if ((size_t)(e - b) == strlen(table) && !memcmp(b, table, strlen(table))) return 0;
+        int same = (size_t)(e - b) == strlen(table) && !memcmp(b, table, strlen(table));
+        if (same) { free(text); return 0; }
         fprintf(stderr, "%s: option table is stale; run print-options --write %s\nexpected:\n%s",
                 argv[2], argv[2], table);
         return 1;
@@ -73,5 +74,6 @@ int main(int argc, char **argv) {
     fputs(table, f);
     fputs(e, f);
     fclose(f);
+    free(text);
     return 0;
 }

@@ -2,6 +2,7 @@
 
 uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
 uint8_t hak_ss_tags[HAK_MAX_SS][32];
+uint8_t hak_ss_runpos[HAK_MAX_SS][32];
 uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 

@@ -32,6 +32,10 @@ HAK_DATA uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
 /* Class tag of every slab of every SuperSlab, by SuperSlab index. */
 HAK_DATA uint8_t hak_ss_tags[HAK_MAX_SS][32];
 
+/* Position of every slab within its run (0 for a run's first slab), so the
+ * free path can find a multi-slab run's start without the header. */
+HAK_DATA uint8_t hak_ss_runpos[HAK_MAX_SS][32];
+
 /* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */
 HAK_DATA uint16_t hak_ss_entry_flag;
 

@@ -11,10 +11,16 @@ static struct {
     struct hak_heap *abandoned;
 } heaps = { .lock = HAK_SPINLOCK_INIT };
 
+/* Written under heaps.lock; run_new peeks at it without the lock (a hint
+ * only), so every store is atomic. */
+static void set_abandoned(struct hak_heap *h) {
+    __atomic_store_n(&heaps.abandoned, h, __ATOMIC_RELAXED);
+}
+
 struct hak_heap *hak_heap_acquire(void) {
     hak_spin_lock(&heaps.lock);
     struct hak_heap *h = heaps.abandoned;
-    if (h) heaps.abandoned = h->next_abandoned;
+    if (h) set_abandoned(h->next_abandoned);
     hak_spin_unlock(&heaps.lock);
     if (h) {
         h->next_abandoned = NULL;
@@ -261,7 +267,7 @@ static void heap_trim(struct hak_heap *h) {
 void hak_heap_scavenge_abandoned(void) {
     hak_spin_lock(&heaps.lock);
     struct hak_heap *list = heaps.abandoned;
-    heaps.abandoned = NULL;
+    set_abandoned(NULL);
     hak_spin_unlock(&heaps.lock);
     if (!list) return;
     struct hak_heap *last = list;
@@ -274,7 +280,7 @@ void hak_heap_scavenge_abandoned(void) {
     }
     hak_spin_lock(&heaps.lock);
     last->next_abandoned = heaps.abandoned;
-    heaps.abandoned = list;
+    set_abandoned(list);
     hak_spin_unlock(&heaps.lock);
 }
 
@@ -291,7 +297,7 @@ void hak_heap_abandon(struct hak_heap *h) {
     heap_trim(h);
     hak_spin_lock(&heaps.lock);
     h->next_abandoned = heaps.abandoned;
-    heaps.abandoned = h;
+    set_abandoned(h);
     hak_spin_unlock(&heaps.lock);
 }
 

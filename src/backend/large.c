@@ -1,6 +1,7 @@
 #include "backend/large.h"
 #include "backend/chunk_map.h"
 #include "backend/os.h"
+#include "backend/superslab.h"
 #include "core/options.h"
 
 #include <errno.h>
@@ -65,6 +66,9 @@ void *hak_large_alloc(size_t size, size_t align, int *reused) {
         span = h->span;
     } else {
         h = hak_os_map_aligned(span, map_align);
+        /* refused: give back what the caches hold and try once more */
+        if (!h && (hak_large_release_cache() + hak_ss_pool_release_all()) != 0)
+            h = hak_os_map_aligned(span, map_align);
         if (!h) { errno = ENOMEM; return NULL; }
         hak_chunk_map_set(h, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
         hak_spin_lock(&large.lock);
@@ -161,6 +165,24 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
     __atomic_fetch_add(&large.st.live_bytes, span - old, __ATOMIC_RELAXED);
     __atomic_fetch_add(&large.st.remaps, 1, __ATOMIC_RELAXED);
     return n->user;
+}
+
+size_t hak_large_release_cache(void) {
+    hak_spin_lock(&large.lock);
+    struct hak_large *list = large.cache;
+    large.cache = NULL;
+    large.cached_bytes = 0;
+    hak_spin_unlock(&large.lock);
+    size_t bytes = 0;
+    for (struct hak_large *h = list, *next; h; h = next) {
+        next = h->next;
+        size_t s = h->span;
+        bytes += s;
+        hak_chunk_map_clear(h, s);
+        hak_os_unmap(h, s);
+        __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
+    }
+    return bytes;
 }
 
 void hak_large_fork_prepare(void) { hak_spin_lock(&large.lock); }

@@ -26,6 +26,9 @@ void  *hak_large_realloc(struct hak_large *h, size_t size);
 /* Header of the span containing p, walking back over tail chunks, or NULL. */
 struct hak_large *hak_large_header(const void *p);
 
+/* Unmaps every cached span; returns how many bytes that gave back. */
+size_t hak_large_release_cache(void);
+
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);

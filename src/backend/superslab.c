@@ -1,6 +1,7 @@
 #include "backend/superslab.h"
 #include "backend/chunk_map.h"
 #include "backend/os.h"
+#include "backend/large.h"
 #include "core/options.h"
 
 #include <string.h>
@@ -60,6 +61,8 @@ static struct hak_superslab *map_batch(void) {
     unsigned got = base ? n : 0;
     if (!base && n > 1 && (base = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE)))
         got = 1;   /* near the address-space limit: one at a time */
+    if (!base && hak_large_release_cache() && (base = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE)))
+        got = 1;   /* memory the large-span cache held was in the way */
     hak_spin_lock(&pool.lock);
     while (n > got) free_index[nfree_index++] = (uint16_t)index[--n];
     if (!got) {
@@ -176,7 +179,8 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         }
         /* Tag last: the inline free path may read the tag as soon as a block
          * escapes, which only happens after this function returns. */
-        uint8_t *tags = hak_ss_slab_tags(ss);
+        uint8_t *tags = hak_ss_slab_tags(ss), *pos = hak_ss_runpos[ss->index];
+        for (unsigned k = 0; k < n; k++) pos[i + k] = (uint8_t)k;
         for (unsigned k = 0; k < n; k++) tags[i + k] = (uint8_t)cls;
         return s;
     }
@@ -193,6 +197,28 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     s->nslabs = 0;
     uint32_t bits = (n == 32) ? 0xFFFFFFFFu : ((1u << n) - 1);
     ss->free_mask |= bits << i;
+}
+
+size_t hak_ss_pool_release_all(void) {
+    hak_spin_lock(&pool.lock);
+    struct hak_superslab *lists[2] = { pool.ready, pool.purged };
+    pool.ready = pool.purged = NULL;
+    pool.nready = pool.npurged = 0;
+    hak_spin_unlock(&pool.lock);
+    size_t n = 0;
+    for (int l = 0; l < 2; l++) {
+        for (struct hak_superslab *ss = lists[l], *next; ss; ss = next, n++) {
+            next = ss->next;
+            uint32_t index = ss->index;
+            hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
+            hak_os_unmap(ss, HAK_CHUNK_SIZE);
+            hak_spin_lock(&pool.lock);
+            free_index[nfree_index++] = (uint16_t)index;
+            pool.st.unmapped++;
+            hak_spin_unlock(&pool.lock);
+        }
+    }
+    return n;
 }
 
 void hak_ss_fork_prepare(void) { hak_spin_lock(&pool.lock); }

@@ -96,6 +96,9 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls);
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
 
 void hak_ss_pool_init(void);
+/* Unmaps every empty SuperSlab the pool holds; returns how many. Used when
+ * the OS refuses more memory. */
+size_t hak_ss_pool_release_all(void);
 void hak_ss_fork_prepare(void);
 void hak_ss_fork_parent(void);
 void hak_ss_fork_child(void);

@@ -77,6 +77,23 @@ static void free_small(void *p, unsigned cls) {
     else hak_cache_for(cls)->free_miss(t, p, cls);
 }
 
+/* The hit path for classes whose runs span several slabs: the run's start
+ * comes from the slab's position in it (hak_ss_runpos), not the header. */
+HAK_NOINLINE void hak_free_multislab(void *p, unsigned ss_idx, unsigned cls) {
+    if (cls < HAK_NCLASS && hak_class_start_magic[cls] == 0) {
+        unsigned slab = hak_slab_index(p);
+        uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
+                       ((uint64_t)hak_ss_runpos[ss_idx][slab] << HAK_SLAB_SHIFT);
+        uint64_t magic = hak_class_run_magic[cls];
+        struct hak_bin *b = &hak_tls.bins[cls];
+        if (off * magic < magic && b->room != 0 && hak_mark_read(hak_free_mark(p)) != hak_free_cookie) {
+            hak_bin_push(b, p);
+            return;
+        }
+    }
+    hak_free_slow(p);
+}
+
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     struct hak_ptr_info info;

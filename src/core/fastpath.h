@@ -5,7 +5,8 @@
  * else is a miss and leaves through a hak_*_slow function.
  *
  * Bad frees: the free path checks that p is a block start of its class
- * (a multiply, see size_class.h), and a freed small block carries a free
+ * (a multiply, see size_class.h; classes above 4 KiB, whose runs span
+ * several slabs, in hak_free_multislab), and a freed small block carries a free
  * mark (the per-process random cookie in its third 32-bit word; malloc
  * clears it), so an interior pointer or a block that is already free leaves
  * the hit path, and the slow path finds out what it is (safety/badfree.c). */
@@ -19,6 +20,7 @@
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
+void  hak_free_multislab(void *p, unsigned ss_idx, unsigned cls);
 
 HAK_DATA uint32_t hak_free_cookie;
 
@@ -70,6 +72,8 @@ HAK_INLINE void hak_free_inline(void *p) {
             hak_bin_push(b, p);
             return;
         }
+        hak_free_multislab(p, idx, cls);   /* classes above 4 KiB, or a miss */
+        return;
     }
     hak_free_slow(p);
 }

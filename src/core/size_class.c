@@ -11,11 +11,15 @@ const uint32_t hak_class_size[HAK_NCLASS] = {
 };
 
 uint64_t hak_class_start_magic[HAK_NBINS];
+uint64_t hak_class_run_magic[HAK_NCLASS];
 
 void hak_size_class_init(void) {
     for (unsigned c = 0; c < HAK_NCLASS; c++) {
-        uint64_t d = hak_class_size[c] <= 4096 ? hak_class_size[c] : 16;
-        hak_class_start_magic[c] = UINT64_MAX / d + 1;
+        /* runs of larger classes span several slabs: their block starts
+         * depend on the run's first slab, so their frees take the checked
+         * slow path (magic 0 always fails) */
+        hak_class_run_magic[c] = UINT64_MAX / hak_class_size[c] + 1;
+        hak_class_start_magic[c] = hak_class_size[c] <= 4096 ? hak_class_run_magic[c] : 0;
     }
     hak_class_start_magic[HAK_CLASS_INVALID] = 0;
 }

@@ -18,10 +18,12 @@ HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
 /* Divisibility magic for the free path's block-start check: an offset n
  * (< 2^32) from the run start is a multiple of the class size d exactly when
  * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Classes up
- * to 4 KiB have single-slab runs, so the offset is the pointer's low 16 bits;
- * larger classes get the magic of 16 (their block starts are checked in
- * full when they leave the cache). HAK_CLASS_INVALID gets 0: always fails. */
+ * to 4 KiB have single-slab runs, so the offset is the pointer's low 16 bits.
+ * Larger classes and HAK_CLASS_INVALID get 0, which always fails: their
+ * frees are checked in full on the slow path. */
 HAK_DATA uint64_t hak_class_start_magic[HAK_NBINS];
+/* The same magic for every class, for offsets from a run's first slab. */
+HAK_DATA uint64_t hak_class_run_magic[HAK_NCLASS];
 void hak_size_class_init(void);
 HAK_DATA const uint8_t  hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1];
 

@@ -1,0 +1,354 @@
+/* badfree CASE: performs exactly one bad allocator call (free, realloc or
+ * malloc_usable_size of a pointer that is not a live hakmem block), then,
+ * if the process is still alive, checks that the call had no effect, prints
+ * "survived" and exits 0. Driven by check.sh under every safety box and
+ * HAKMEM_ON_ERROR mode.
+ *
+ * Before the bad call it prints "call: NAME(PTR)" on stdout (PTR as %p) and
+ * "expect: WORDS" (the reason the report must give), so the driver can match
+ * hakmem's report line exactly.
+ *
+ * "No effect" is checked after the call: the victim block (if any) still
+ * holds its pattern, later allocations never hand out the same block twice
+ * or an address inside a live block, a stack or static buffer passed in is
+ * unchanged (a free that pushed it on a free list would write a link into
+ * it). With HAKMEM_ON_ERROR=warn or ignore, realloc must return NULL (warn:
+ * errno EINVAL) and malloc_usable_size 0.
+ *
+ *   badfree --list        prints the case names */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hakmem.h"
+
+#ifndef HT_INTERPOSE
+#define HT_INTERPOSE 1
+#endif
+#if HT_INTERPOSE
+#define A(fn) fn
+#else
+#define A(fn) hak_##fn
+#endif
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+static inline void *
+hide (void *p)
+{
+  __asm__ volatile ("" : "+r" (p));
+  return p;
+}
+
+static void __attribute__ ((noreturn, format (printf, 1, 2)))
+fail (const char *fmt, ...)
+{
+  va_list ap;
+  va_start (ap, fmt);
+  fputs ("badfree: FAIL: ", stdout);
+  vfprintf (stdout, fmt, ap);
+  fputc ('\n', stdout);
+  va_end (ap);
+  fflush (stdout);
+  _exit (3);
+}
+
+static void
+fill (unsigned char *p, size_t n, unsigned seed)
+{
+  for (size_t i = 0; i < n; i++)
+    p[i] = (unsigned char) (seed + i * 7 + (i >> 8));
+}
+
+static int
+intact (const unsigned char *p, size_t n, unsigned seed)
+{
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (unsigned char) (seed + i * 7 + (i >> 8)))
+      return 0;
+  return 1;
+}
+
+enum call { C_FREE, C_REALLOC, C_USABLE };
+static const char *const call_name[] = { "free", "realloc", "malloc_usable_size" };
+
+static unsigned char static_buf[256] __attribute__ ((aligned (64)));
+
+/* The one bad call. Returns normally only if hakmem did not abort. */
+static void
+bad_call (enum call c, void *p, const char *reason)
+{
+  printf ("call: %s(%p)\nexpect: %s\n", call_name[c], p, reason);
+  fflush (stdout);
+  const char *mode = getenv ("HAKMEM_ON_ERROR");
+  int warn = mode && !strcmp (mode, "warn");
+  switch (c)
+    {
+    case C_FREE:
+      A (free) (hide (p));
+      break;
+    case C_REALLOC:
+      {
+        errno = 0;
+        void *q = A (realloc) (hide (p), 100);
+        int e = errno;
+        if (q != NULL)
+          fail ("realloc(%p, 100) of a bad pointer returned %p, expected NULL", p, q);
+        if (warn && e != EINVAL)
+          fail ("realloc(%p, 100) of a bad pointer: errno %d (%s), expected EINVAL", p, e,
+                strerror (e));
+        break;
+      }
+    case C_USABLE:
+      {
+        size_t u = A (malloc_usable_size) (hide (p));
+        if (u != 0)
+          fail ("malloc_usable_size(%p) of a bad pointer returned %zu, expected 0", p, u);
+        break;
+      }
+    }
+}
+
+/* Allocate many blocks of `size`: none may be handed out twice, none may
+ * overlap [lo, hi). Then free them. */
+static void
+no_duplicates (size_t size, const void *lo, const void *hi)
+{
+  enum { N = 200 };
+  unsigned char *b[N];
+  for (int i = 0; i < N; i++)
+    {
+      b[i] = A (malloc) (size);
+      if (!b[i])
+        fail ("malloc(%zu) returned NULL after the bad call", size);
+      if (lo && (uintptr_t) b[i] < (uintptr_t) hi && (uintptr_t) b[i] + size > (uintptr_t) lo)
+        fail ("malloc(%zu) returned %p, inside the memory of the bad call [%p, %p)", size,
+              (void *) b[i], lo, hi);
+      for (int j = 0; j < i; j++)
+        if (b[j] == b[i])
+          fail ("malloc(%zu) returned %p twice after the bad call", size, (void *) b[i]);
+      fill (b[i], size < 64 ? size : 64, (unsigned) i);
+    }
+  for (int i = 0; i < N; i++)
+    {
+      if (!intact (b[i], size < 64 ? size : 64, (unsigned) i))
+        fail ("block %p damaged after the bad call", (void *) b[i]);
+      A (free) (b[i]);
+    }
+}
+
+/* ---- cases ------------------------------------------------------------- */
+
+/* free(p) then a bad call on p; `later`: other frees of the same size in
+ * between (so p is no longer at the head of a free list). */
+static void
+double_free (enum call c, size_t size, int later)
+{
+  unsigned char *p = A (malloc) (size);
+  unsigned char *others[8];
+  for (int i = 0; i < 8; i++)
+    others[i] = A (malloc) (size);
+  if (!p)
+    fail ("malloc(%zu)", size);
+  A (free) (p);
+  if (later)
+    for (int i = 0; i < 8; i++)
+      {
+        A (free) (others[i]);
+        others[i] = NULL;
+      }
+  bad_call (c, p, "double free");
+  for (int i = 0; i < 8; i++)
+    if (others[i])
+      A (free) (others[i]);
+  no_duplicates (size, NULL, NULL);
+}
+
+static void
+interior (enum call c, size_t size, size_t off)
+{
+  unsigned char *p = A (malloc) (size);
+  if (!p)
+    fail ("malloc(%zu)", size);
+  fill (p, size, 11);
+  bad_call (c, p + off, "interior pointer");
+  if (!intact (p, size, 11))
+    fail ("the %zu-byte block %p was changed by the bad call on %p", size, (void *) p,
+          (void *) (p + off));
+  if (A (malloc_usable_size) (p) < size)
+    fail ("the block %p is no longer live after the bad call on an interior pointer", (void *) p);
+  no_duplicates (size < 4 * KiB ? size : 64, p, p + size);
+  if (!intact (p, size, 11))
+    fail ("the %zu-byte block %p was handed out again after the bad call", size, (void *) p);
+  A (free) (p);
+}
+
+static void
+foreign_buffer (enum call c, unsigned char *buf, size_t n)
+{
+  fill (buf, n, 5);
+  bad_call (c, buf + 64, "not allocated by hakmem");
+  if (!intact (buf, n, 5))
+    fail ("the buffer at %p was written by the bad call", (void *) buf);
+  no_duplicates (32, buf, buf + n);
+  no_duplicates (48, buf, buf + n);
+  if (!intact (buf, n, 5))
+    fail ("the buffer at %p was written after the bad call", (void *) buf);
+}
+
+static void
+stack_case (enum call c)
+{
+  unsigned char buf[512] __attribute__ ((aligned (64)));
+  foreign_buffer (c, buf, sizeof buf);
+}
+
+static void
+static_case (enum call c)
+{
+  foreign_buffer (c, static_buf, sizeof static_buf);
+}
+
+static void
+garbage_case (enum call c)
+{
+  bad_call (c, (void *) (uintptr_t) 0x1000, "not allocated by hakmem");
+  no_duplicates (32, NULL, NULL);
+}
+
+static void
+mmap_case (enum call c)
+{
+  size_t len = 256 * KiB;
+  unsigned char *m = mmap (NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    fail ("mmap: %s", strerror (errno));
+  fill (m, len, 9);
+  bad_call (c, m + 0x1010, "not allocated by hakmem");
+  if (!intact (m, len, 9))
+    fail ("the mapping at %p was written by the bad call", (void *) m);
+  no_duplicates (64, m, m + len);
+  munmap (m, len);
+}
+
+struct tcase
+{
+  const char *name;
+  void (*fn) (enum call, size_t, size_t);
+  size_t a, b;
+};
+
+static void
+run_double (enum call c, size_t size, size_t later)
+{
+  double_free (c, size, (int) later);
+}
+static void
+run_interior (enum call c, size_t size, size_t off)
+{
+  interior (c, size, off);
+}
+static void
+run_stack (enum call c, size_t a, size_t b)
+{
+  (void) a, (void) b;
+  stack_case (c);
+}
+static void
+run_static (enum call c, size_t a, size_t b)
+{
+  (void) a, (void) b;
+  static_case (c);
+}
+static void
+run_garbage (enum call c, size_t a, size_t b)
+{
+  (void) a, (void) b;
+  garbage_case (c);
+}
+static void
+run_mmap (enum call c, size_t a, size_t b)
+{
+  (void) a, (void) b;
+  mmap_case (c);
+}
+
+/* Base cases; each exists as a free case (NAME), a realloc case
+ * (realloc-NAME) and, for pointers that were never blocks, a
+ * malloc_usable_size case (usable-NAME). */
+static const struct tcase cases[] = {
+  { "double-tiny", run_double, 32, 0 },
+  { "double-mid", run_double, 8 * KiB, 0 },
+  { "double-large", run_double, MiB, 0 },
+  { "double-tiny-later", run_double, 32, 1 },
+  { "double-mid-later", run_double, 8 * KiB, 1 },
+  { "double-large-later", run_double, MiB, 1 },
+  { "interior-tiny+16", run_interior, 64, 16 },
+  { "interior-tiny+8", run_interior, 64, 8 },
+  { "interior-mid+16", run_interior, 8 * KiB, 16 },
+  { "interior-mid+8", run_interior, 8 * KiB, 8 },
+  { "interior-large+4096", run_interior, MiB, 4096 },
+  { "stack", run_stack, 0, 0 },
+  { "static", run_static, 0, 0 },
+  { "garbage", run_garbage, 0, 0 },
+  { "mmap", run_mmap, 0, 0 },
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static int
+usable_applies (const struct tcase *t)
+{
+  /* a freed small block may still look live to malloc_usable_size (see
+   * hak_owns in hakmem.h): only never-a-block pointers */
+  return strncmp (t->name, "double-", 7) != 0;
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc != 2)
+    {
+      fprintf (stderr, "usage: badfree CASE | --list\n");
+      return 2;
+    }
+  for (size_t i = 0; i < NCASES; i++)
+    {
+      if (!strcmp (argv[1], "--list"))
+        {
+          printf ("%s\nrealloc-%s\n", cases[i].name, cases[i].name);
+          if (usable_applies (&cases[i]))
+            printf ("usable-%s\n", cases[i].name);
+          continue;
+        }
+      const char *name = argv[1];
+      enum call c = C_FREE;
+      if (!strncmp (name, "realloc-", 8))
+        c = C_REALLOC, name += 8;
+      else if (!strncmp (name, "usable-", 7))
+        c = C_USABLE, name += 7;
+      if (strcmp (name, cases[i].name))
+        continue;
+      if (c == C_USABLE && !usable_applies (&cases[i]))
+        break;
+      /* hakmem initialised before the case */
+      A (free) (A (malloc) (16));
+      cases[i].fn (c, cases[i].a, cases[i].b);
+      puts ("survived");
+      fflush (stdout);
+      return 0;
+    }
+  if (!strcmp (argv[1], "--list"))
+    return 0;
+  fprintf (stderr, "badfree: unknown case %s\n", argv[1]);
+  return 2;
+}

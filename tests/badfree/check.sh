@@ -1,0 +1,67 @@
+#!/bin/sh
+# check.sh BADFREE_EXE CASE SAFETY_BOX
+#
+# Runs `BADFREE_EXE CASE` with HAKMEM_SAFETY=SAFETY_BOX under each
+# HAKMEM_ON_ERROR mode and checks:
+#   abort  : killed by SIGABRT; stderr has exactly one "hakmem: error: " line,
+#            naming the call and pointer the program printed ("call: ...")
+#            and the expected reason ("expect: ...")
+#   warn   : exit 0, "survived" printed, the same single line on stderr
+#   ignore : exit 0, "survived" printed, no "hakmem: error" on stderr
+# Prints one verdict line per mode; exits 1 if any mode failed.
+set -u
+
+exe=$1 case=$2 box=$3
+ulimit -c 0 2>/dev/null || true
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/badfree.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+failed=0
+for mode in abort warn ignore; do
+    HAKMEM_SAFETY=$box HAKMEM_ON_ERROR=$mode "$exe" "$case" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    call=$(sed -n 's/^call: //p' "$tmp/out")
+    reason=$(sed -n 's/^expect: //p' "$tmp/out")
+    nlines=$(grep -c '^hakmem: error: ' "$tmp/err")
+    line=$(grep '^hakmem: error: ' "$tmp/err" | head -n 1)
+    problem=""
+
+    if [ -z "$call" ]; then
+        problem="the program did not reach the bad call"
+    elif [ "$mode" = ignore ]; then
+        [ "$rc" -eq 0 ] || problem="exit status $rc, expected 0"
+        grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
+        grep -q 'hakmem: error' "$tmp/err" && problem="${problem:+$problem; }an error was reported"
+    else
+        if [ "$mode" = abort ]; then
+            # 134 = 128 + SIGABRT(6), as the shell reports a signal death
+            [ "$rc" -eq 134 ] || problem="exit status $rc, expected death by SIGABRT (134)"
+            grep -q '^survived$' "$tmp/out" && problem="${problem:+$problem; }it survived"
+        else
+            [ "$rc" -eq 0 ] || problem="exit status $rc, expected 0"
+            grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
+        fi
+        if [ "$nlines" -ne 1 ]; then
+            problem="${problem:+$problem; }$nlines 'hakmem: error: ' lines on stderr, expected 1"
+        else
+            case $line in
+            "hakmem: error: $call"*) ;;
+            *) problem="${problem:+$problem; }the line does not name '$call' first" ;;
+            esac
+            case $line in
+            *"$reason"*) ;;
+            *) problem="${problem:+$problem; }the line does not say '$reason'" ;;
+            esac
+        fi
+    fi
+
+    if [ -n "$problem" ]; then
+        failed=1
+        echo "FAIL $case safety=$box on_error=$mode: $problem"
+        sed 's/^/    stdout: /' "$tmp/out"
+        sed 's/^/    stderr: /' "$tmp/err" | head -n 5
+    else
+        echo "ok   $case safety=$box on_error=$mode"
+    fi
+done
+exit $failed
