@@ -79,7 +79,10 @@ static void free_small(void *p, unsigned cls) {
 
 /* The hit path for classes whose runs span several slabs: the run's start
  * comes from the slab's position in it (hak_ss_runpos), not the header. */
-HAK_NOINLINE void hak_free_multislab(void *p, unsigned ss_idx, unsigned cls) {
+HAK_NOINLINE void hak_free_multislab(void *p) {
+    /* recomputed here so the hit path keeps nothing live across its branch */
+    unsigned ss_idx = hak_chunk_entry(p) - HAK_SS_ENTRY_BASE;
+    unsigned cls = hak_ss_tags[ss_idx][hak_slab_index(p)];
     if (cls < HAK_NCLASS && hak_class_start_magic[cls] == 0) {
         unsigned slab = hak_slab_index(p);
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +

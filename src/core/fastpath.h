@@ -20,7 +20,7 @@
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
-void  hak_free_multislab(void *p, unsigned ss_idx, unsigned cls);
+void  hak_free_multislab(void *p);
 
 HAK_DATA uint32_t hak_free_cookie;
 
@@ -72,7 +72,7 @@ HAK_INLINE void hak_free_inline(void *p) {
             hak_bin_push(b, p);
             return;
         }
-        hak_free_multislab(p, idx, cls);   /* classes above 4 KiB, or a miss */
+        hak_free_multislab(p);   /* classes above 4 KiB, or a miss */
         return;
     }
     hak_free_slow(p);
