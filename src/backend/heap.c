@@ -245,6 +245,17 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p) {
     return 0;
 }
 
+size_t hak_heap_bytes_out(const struct hak_heap *h) {
+    size_t bytes = 0;
+    for (const struct hak_superslab *ss = h->ss_list; ss; ss = ss->next)
+        for (unsigned i = 1; i < HAK_SLABS_PER_SS; i++) {
+            const struct hak_slab *s = &ss->slabs[i];
+            if (s->state != HAK_SLAB_FREE && s->state != HAK_SLAB_TAIL)
+                bytes += (size_t)s->used * s->block_size;
+        }
+    return bytes;
+}
+
 /* ---- thread exit -------------------------------------------------------- */
 
 /* Returns every SuperSlab with no run in use to the pool. */

@@ -46,6 +46,10 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p);
 /* Drains and trims every abandoned heap (exited threads' memory). */
 void hak_heap_scavenge_abandoned(void);
 
+/* Bytes of h's runs not on a run free list: in use by the program or
+ * waiting in thread caches. A snapshot for stats (reads racily). */
+size_t hak_heap_bytes_out(const struct hak_heap *h);
+
 /* Visits every heap ever made (stats). */
 void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg);
 void hak_heap_fork_prepare(void);

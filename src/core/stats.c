@@ -8,7 +8,7 @@
 #include "backend/large.h"
 #include "backend/superslab.h"
 
-struct totals { struct hak_heap_stats st; unsigned heaps; };
+struct totals { struct hak_heap_stats st; unsigned heaps; size_t bytes_out; };
 
 static void add_heap(struct hak_heap *h, void *arg) {
     struct totals *t = arg;
@@ -16,6 +16,7 @@ static void add_heap(struct hak_heap *h, void *arg) {
     uint64_t *dst = (uint64_t *)&t->st;
     for (size_t i = 0; i < sizeof h->st / sizeof(uint64_t); i++) dst[i] += src[i];
     t->heaps++;
+    t->bytes_out += hak_heap_bytes_out(h);
 }
 
 HAK_EXPORT void hak_print_stats(void) {
@@ -26,8 +27,12 @@ HAK_EXPORT void hak_print_stats(void) {
     struct hak_large_stats lg;
     hak_large_stats(&lg);
     const struct hak_heap_stats *s = &t.st;
-    hak_log("hakmem: stats: heaps %u\n", t.heaps);
-    hak_log("hakmem: front: refills %llu (blocks %llu), flushes %llu (blocks %llu)\n",
+    hak_log("hakmem: stats: heaps %u; small blocks out %zu KiB (in use or in thread caches); "
+            "mapped %zu KiB (SuperSlabs %zu, large spans %zu)\n",
+            t.heaps, t.bytes_out >> 10, (ss.live * 2048) + (lg.live_bytes >> 10), ss.live * 2048,
+            lg.live_bytes >> 10);
+    hak_log("hakmem: caches: misses (refills) %llu bringing %llu blocks, flushes %llu (blocks %llu); "
+            "hits are not counted (that would cost on the hit path)\n",
             (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
             (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
     hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
