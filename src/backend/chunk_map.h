@@ -40,9 +40,9 @@ HAK_DATA uint8_t hak_ss_runpos[HAK_MAX_SS][32];
 HAK_DATA uint16_t hak_ss_entry_flag;
 
 HAK_INLINE unsigned hak_chunk_entry(const void *p) {
-    uintptr_t a = (uintptr_t)p;
-    if (HAK_UNLIKELY(a >> HAK_ADDR_BITS)) return HAK_CHUNK_NONE;
-    return __atomic_load_n(&hak_chunk_map[a >> HAK_CHUNK_SHIFT], __ATOMIC_RELAXED);
+    uintptr_t i = (uintptr_t)p >> HAK_CHUNK_SHIFT;   /* one bound check covers high garbage */
+    if (HAK_UNLIKELY(i >= HAK_CHUNK_MAP_ENTRIES)) return HAK_CHUNK_NONE;
+    return __atomic_load_n(&hak_chunk_map[i], __ATOMIC_RELAXED);
 }
 
 static inline unsigned hak_entry_kind(unsigned e) {
