@@ -3,7 +3,7 @@
 #
 #   PRELOAD_LIB=/path/libhakmem.so [HAKMEM_SAFETY=box] run_program.sh NAME
 #
-# NAME is one of: python3 sort gcc sqlite3
+# NAME is one of: python3 sort gcc sqlite3 git make
 #
 # The library path comes from PRELOAD_LIB (falls back to LD_PRELOAD).  The
 # driver itself and the baseline runs never have hakmem preloaded; only the
@@ -35,9 +35,9 @@ fail() {
 }
 
 case $name in
-python3 | sort | gcc | sqlite3) ;;
+python3 | sort | gcc | sqlite3 | git | make) ;;
 *)
-    echo "usage: PRELOAD_LIB=libhakmem.so $0 python3|sort|gcc|sqlite3" >&2
+    echo "usage: PRELOAD_LIB=libhakmem.so $0 python3|sort|gcc|sqlite3|git|make" >&2
     exit 2
     ;;
 esac
@@ -55,7 +55,7 @@ done
 # The program under test: missing means FAIL, never a silent pass.
 need() {
     p=$(command -v "$1" 2>/dev/null) ||
-        fail "program '$1' is not installed; run scripts/deps (installs python3 sqlite3 gcc coreutils)"
+        fail "program '$1' is not installed; run scripts/deps (installs python3 sqlite3 gcc coreutils git make)"
     printf '%s\n' "$p"
 }
 case $name in
@@ -70,6 +70,12 @@ gcc)
     need nm >/dev/null || exit 1 # binutils, comes with gcc
     ;;
 sqlite3) PROG=$(need sqlite3) || exit 1 ;;
+git) PROG=$(need git) || exit 1 ;;
+make)
+    PROG=$(need make) || exit 1
+    need gcc >/dev/null || exit 1 # the project's compiler (runs under hakmem too)
+    need nm >/dev/null || exit 1
+    ;;
 esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hakmem-preload-$name.XXXXXX") || fail "mktemp failed"
@@ -129,6 +135,8 @@ python3)
 sort) run hak 15 "$tmp/probe" HAKMEM_VERBOSE=1 "$PROG" --version || probe_ok=0 ;;
 gcc) run hak 15 "$tmp/probe" HAKMEM_VERBOSE=1 "$PROG" --version || probe_ok=0 ;;
 sqlite3) run hak 15 "$tmp/probe" HAKMEM_VERBOSE=1 "$PROG" -version || probe_ok=0 ;;
+git) run hak 15 "$tmp/probe" HAKMEM_VERBOSE=1 "$PROG" --version || probe_ok=0 ;;
+make) run hak 15 "$tmp/probe" HAKMEM_VERBOSE=1 "$PROG" --version || probe_ok=0 ;;
 esac
 [ $probe_ok = 1 ] || fail "'$PROG' failed when started with hakmem preloaded (HAKMEM_VERBOSE=1)"
 if ! grep -q '^hakmem:' "$tmp/probe.err"; then
@@ -317,11 +325,228 @@ check_python3() {
         want "7 lines of output" [ "$(wc -l <"$1/cmp/python.out")" -eq 7 ]
 }
 
+# git: a repository of ~300 generated files built over 20 commits (edits,
+# git mv, git rm), then log/diff/rev-parse/gc/fsck/grep/blame. Identities,
+# dates and configuration are fixed, so every object id is deterministic and
+# must be identical under hakmem.
+git_env() { # nothing from the caller's git setup may leak in
+    for v in GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY \
+        GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_CEILING_DIRECTORIES GIT_NAMESPACE \
+        GIT_CONFIG GIT_CONFIG_GLOBAL GIT_CONFIG_SYSTEM GIT_CONFIG_PARAMETERS \
+        GIT_CONFIG_COUNT GIT_EXEC_PATH GIT_TEMPLATE_DIR GIT_DEFAULT_HASH \
+        GIT_TRACE GIT_TRACE2 GIT_TRACE2_EVENT GIT_TRACE2_PERF GIT_OPTIONAL_LOCKS \
+        GIT_EDITOR GIT_SEQUENCE_EDITOR EDITOR VISUAL GIT_ASKPASS SSH_ASKPASS; do
+        unset "$v"
+    done
+    mkdir -p "$tmp/home/.config" || fail "mkdir failed"
+    export HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/home/.config" \
+        GIT_CONFIG_NOSYSTEM=1 GIT_PAGER=cat PAGER=cat GIT_TERMINAL_PROMPT=0 TZ=UTC \
+        GIT_AUTHOR_NAME='Hakmem Author' GIT_AUTHOR_EMAIL=author@hakmem.invalid \
+        GIT_COMMITTER_NAME='Hakmem Committer' GIT_COMMITTER_EMAIL=committer@hakmem.invalid \
+        GIT_AUTHOR_DATE='1700000000 +0000' GIT_COMMITTER_DATE='1700000000 +0000'
+}
+
+gen_git_tree() { # DIR K: write the files that commit K adds (8, or 150 for K=1) or edits (10)
+    awk -v dir="$1" -v k="$2" '
+    function put(j, v,   p, l, t, n, w, x) {
+        p = dir "/src/d" (j % 10) "/f" sprintf("%03d", j) ".txt"; x = j * 7919 + 17
+        for (l = 1; l <= 24; l++) {
+            t = "f" j " l" l ":"; n = 3 + (j + l) % 6
+            for (w = 0; w < n; w++) {
+                x = (x * 69069 + 1) % 4294967296
+                t = t " " substr(words, 1 + int(x / 65536) % 60, 3 + int(x / 4096) % 5)
+            }
+            if ((j + l) % 37 == 0) t = t " someword"
+            if (v > 1 && (l * 3 + v) % 7 == 0) t = t " edited-in-" v
+            print t > p
+        }
+        close(p)
+    }
+    BEGIN {
+        words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore"
+        if (k == 1) { for (j = 0; j < 150; j++) put(j, 1) }
+        else {
+            for (j = 150 + (k - 2) * 8; j < 158 + (k - 2) * 8; j++) put(j, k)
+            for (m = 0; m < 10; m++) put((k * 7 + m * 13) % 100, k)
+        }
+    }'
+}
+
+# gitrun MODE DIR PREFIX GIT-ARGS...: git with fixed options in DIR/repo.
+gitrun() {
+    g_mode=$1 g_dir=$2 g_pfx=$3
+    shift 3
+    run "$g_mode" "$T" "$g_pfx" "$PROG" -c core.autocrlf=false -c init.defaultBranch=main \
+        -c gc.auto=0 -c maintenance.auto=false -c color.ui=false -c core.pager=cat \
+        -C "$g_dir/repo" "$@"
+}
+# gstep MODE DIR STEP GIT-ARGS...: a history-building step; its stdout,
+# stderr and status are appended to DIR/cmp/git-history.log (compared).
+gstep() {
+    s_mode=$1 s_dir=$2 s_step=$3
+    shift 3
+    s_ok=0
+    gitrun "$s_mode" "$s_dir" "$s_dir/steps/$s_step" "$@" || s_ok=1
+    {
+        echo "== $s_step: status $(cat "$s_dir/steps/$s_step.rc")"
+        cat "$s_dir/steps/$s_step.out"
+        echo "-- stderr"
+        cat "$s_dir/steps/$s_step.err"
+    } >>"$s_dir/cmp/git-history.log"
+    return "$s_ok"
+}
+
+work_git() { # MODE DIR
+    ok=0
+    mkdir "$2/repo" "$2/repo/moved" "$2/repo/src" "$2/steps" || return 1
+    for d in 0 1 2 3 4 5 6 7 8 9; do mkdir "$2/repo/src/d$d" || return 1; done
+    gstep "$1" "$2" init init -q || return 1
+    k=1
+    while [ "$k" -le 20 ]; do
+        gen_git_tree "$2/repo" "$k" || return 1
+        if [ $((k % 3)) -eq 0 ]; then # renames: f123 f124, f126 f127, ..., f138 f139
+            for j in $((120 + k)) $((121 + k)); do
+                gstep "$1" "$2" "mv-$j" mv "src/d$((j % 10))/f$j.txt" "moved/f$j.txt" || ok=1
+            done
+        fi
+        if [ $((k % 4)) -eq 0 ]; then # deletes: f104 f108 ... f120
+            j=$((100 + k))
+            gstep "$1" "$2" "rm-$j" rm -q "src/d$((j % 10))/f$j.txt" || ok=1
+        fi
+        gstep "$1" "$2" "add-$k" add -A . || ok=1
+        export GIT_AUTHOR_DATE="$((1700000000 + k * 3600)) +0000" \
+            GIT_COMMITTER_DATE="$((1700000000 + k * 3600 + 60)) +0000"
+        gstep "$1" "$2" "commit-$k" commit -m "commit $k" -m "Generated step $k of the hakmem preload test." || ok=1
+        k=$((k + 1))
+    done
+    gitrun "$1" "$2" "$2/cmp/git-log" log --stat || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-diff-stat" diff HEAD~5 --stat || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-diff" diff HEAD~5 HEAD || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-rev-parse" rev-parse HEAD "HEAD^{tree}" || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-gc" gc -q || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-fsck" fsck --full --strict --no-progress || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-objects" cat-file --batch-all-objects --batch-check || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-grep" grep -n someword || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-blame" blame src/d7/f007.txt || ok=1
+    gitrun "$1" "$2" "$2/cmp/git-log-follow" log --format='%H %s' --follow -- moved/f123.txt || ok=1
+    return "$ok"
+}
+check_git() {
+    want "20 commits in git log" [ "$(grep -c '^commit ' "$1/cmp/git-log.out")" -eq 20 ] &&
+        want "rev-parse printed two object ids" \
+            [ "$(grep -c '^[0-9a-f]\{40\}$' "$1/cmp/git-rev-parse.out")" -eq 2 ] &&
+        want "git diff --stat reports changed files" grep -q 'files changed' "$1/cmp/git-diff-stat.out" &&
+        want "more than 600 objects after gc" [ "$(wc -l <"$1/cmp/git-objects.out")" -gt 600 ] &&
+        want "git grep found > 100 lines" [ "$(wc -l <"$1/cmp/git-grep.out")" -gt 100 ] &&
+        want "blame has 24 lines from > 1 commit" [ "$(wc -l <"$1/cmp/git-blame.out")" -eq 24 ] &&
+        want "blame names > 1 commit" [ "$(cut -c1-8 "$1/cmp/git-blame.out" | sort -u | wc -l)" -gt 1 ] &&
+        want "log --follow sees the rename" [ "$(wc -l <"$1/cmp/git-log-follow.out")" -ge 2 ]
+}
+
+# make: a generated C project (30 modules + main, two headers) built with
+# make -j2; a header edit rebuilds only its users; then make -j2 clean all.
+# The make log is compared sorted (parallel order varies); the objects' nm
+# output, their sha256 and the built program's output are compared too.
+gen_make_project() {
+    mkdir -p "$tmp/in/proj/src" "$tmp/in/proj/include" || fail "mkdir failed"
+    awk -v dir="$tmp/in/proj" '
+    BEGIN {
+        N = 30
+        h = dir "/include/common.h"
+        print "#ifndef COMMON_H\n#define COMMON_H\n#define PROJECT_SEED 12345UL" > h
+        for (i = 0; i < N; i++) printf "unsigned long mod%02d(unsigned long x);\n", i > h
+        print "#endif" > h; close(h)
+        u = dir "/include/util.h"
+        print "#ifndef UTIL_H\n#define UTIL_H" > u
+        print "static inline unsigned long util_mix(unsigned long a, unsigned long b) { return (a ^ b) * 0x100000001b3UL + (a >> 7); }" > u
+        print "#define UTIL_ROUNDS 3\n#endif" > u; close(u)
+        srcs = "src/main.c"; uobjs = ""
+        for (i = 0; i < N; i++) {
+            c = sprintf("%s/src/mod%02d.c", dir, i)
+            srcs = srcs sprintf(" src/mod%02d.c", i)
+            print "#include \"common.h\"" > c
+            if (i % 3 == 0) { print "#include \"util.h\"" > c; uobjs = uobjs sprintf(" obj/mod%02d.o", i) }
+            printf "static const char tag%02d[] = \"module %02d\";\n", i, i > c
+            printf "unsigned long mod%02d(unsigned long x) {\n    unsigned long acc = PROJECT_SEED + %d;\n", i, i * 97 > c
+            printf "    for (int k = 0; k < %d; k++) {\n", 50 + i * 3 > c
+            if (i % 3 == 0) printf "        for (int r = 0; r < UTIL_ROUNDS; r++) acc = util_mix(acc, x + (unsigned long)k);\n" > c
+            else printf "        acc = acc * 6364136223846793005UL + x + (unsigned long)k * %d;\n", i + 1 > c
+            printf "        acc ^= (unsigned long)tag%02d[k %% (sizeof tag%02d - 1)];\n    }\n    return acc;\n}\n", i, i > c
+            close(c)
+        }
+        m = dir "/src/main.c"
+        print "#include <stdio.h>\n#include \"common.h\"\nint main(void) {\n    unsigned long t = 0;" > m
+        for (i = 0; i < N; i++) printf "    t = mod%02d(t + %d); printf(\"mod%02d %%lu\\n\", t);\n", i, i, i > m
+        print "    printf(\"total %lu\\n\", t);\n    return 0;\n}" > m; close(m)
+        mk = dir "/Makefile"
+        print "CC = gcc\nCFLAGS = -O2 -Wall -Iinclude\nSRCS =" srcs > mk
+        print "OBJS = $(SRCS:src/%.c=obj/%.o)\nUTIL_OBJS =" uobjs "\n" > mk
+        print "all: prog\nprog: $(OBJS)\n\t$(CC) $(CFLAGS) -o $@ $(OBJS)" > mk
+        print "obj/%.o: src/%.c include/common.h | obj\n\t$(CC) $(CFLAGS) -c -o $@ $<" > mk
+        print "$(UTIL_OBJS): include/util.h\nobj:\n\tmkdir -p obj\nclean:\n\trm -f obj/*.o prog\n.PHONY: all clean" > mk
+        print "# make -j clean all: clean must run first, and everything is rebuilt after it" > mk
+        print "ifneq ($(filter clean,$(MAKECMDGOALS)),)\n$(OBJS) prog: clean\nendif" > mk
+        close(mk)
+    }' || fail "cannot generate the make project"
+}
+
+# mstep MODE DIR STEP MAKE-ARGS...: make in DIR/proj; its stdout and stderr
+# are compared sorted, its status as is.
+mstep() {
+    m_mode=$1 m_dir=$2 m_step=$3
+    shift 3
+    m_ok=0
+    (cd "$m_dir/proj" && run "$m_mode" "$T" "$m_dir/steps/$m_step" TMPDIR="$m_dir/tmp" \
+        "$PROG" "$@") || m_ok=1
+    sort "$m_dir/steps/$m_step.out" >"$m_dir/cmp/$m_step.out.sorted"
+    sort "$m_dir/steps/$m_step.err" >"$m_dir/cmp/$m_step.err.sorted"
+    cp "$m_dir/steps/$m_step.rc" "$m_dir/cmp/$m_step.rc"
+    return "$m_ok"
+}
+
+work_make() { # MODE DIR
+    ok=0
+    unset MAKEFLAGS MFLAGS GNUMAKEFLAGS MAKELEVEL MAKEFILES MAKE_RESTARTS
+    mkdir "$2/steps" "$2/tmp" && cp -R "$tmp/in/proj" "$2/proj" || return 1
+    # Sources in the past: timestamps, not the clock's resolution, decide.
+    find "$2/proj" -type f -exec touch -d '2001-01-01 00:00:00' {} + || return 1
+    mstep "$1" "$2" make-build -j2 || ok=1
+    mstep "$1" "$2" make-noop -j2 || ok=1
+    # Objects older than now but newer than the sources; then edit util.h:
+    # only its 10 users are recompiled, then prog is relinked.
+    touch -d '2002-01-01 00:00:00' "$2/proj/obj/"*.o "$2/proj/prog" || ok=1
+    sed 's/UTIL_ROUNDS 3/UTIL_ROUNDS 4/' "$tmp/in/proj/include/util.h" >"$2/proj/include/util.h" || ok=1
+    mstep "$1" "$2" make-incr -j2 || ok=1
+    mstep "$1" "$2" make-rebuild -j2 clean all || ok=1
+    if [ -x "$2/proj/prog" ]; then
+        run "$1" "$T" "$2/cmp/prog-run" "$2/proj/prog" || ok=1
+    fi
+    (cd "$2/proj" && run base 20 "$2/cmp/nm" nm -S obj/*.o) || ok=1
+    (cd "$2/proj" && sha256sum obj/*.o prog) >"$2/cmp/objects.sha256" || ok=1
+    return "$ok"
+}
+check_make() {
+    want "the program printed a total" grep -q '^total ' "$1/cmp/prog-run.out" &&
+        want "the first build compiled 31 files" \
+            [ "$(grep -c '^gcc .* -c ' "$1/cmp/make-build.out.sorted")" -eq 31 ] &&
+        want "the no-op make did nothing" grep -q 'Nothing to be done' "$1/cmp/make-noop.out.sorted" &&
+        want "the util.h edit recompiled 10 files" \
+            [ "$(grep -c '^gcc .* -c ' "$1/cmp/make-incr.out.sorted")" -eq 10 ] &&
+        want "the util.h edit relinked prog" grep -q '^gcc .* -o prog ' "$1/cmp/make-incr.out.sorted" &&
+        want "clean all removed and rebuilt" grep -q '^rm -f ' "$1/cmp/make-rebuild.out.sorted" &&
+        want "clean all compiled 31 files" \
+            [ "$(grep -c '^gcc .* -c ' "$1/cmp/make-rebuild.out.sorted")" -eq 31 ] &&
+        want "nm lists mod29" grep -q ' T mod29$' "$1/cmp/nm.out" &&
+        want "make wrote nothing to stderr" [ ! -s "$1/cmp/make-build.err.sorted" ]
+}
+
 case $name in
 sort) gen_sort_input ;;
 gcc) gen_c_program ;;
 sqlite3) gen_sql ;;
 python3) cp "$srcdir/workload.py" "$tmp/in/workload.py" || fail "cannot read $srcdir/workload.py" ;;
+git) git_env ;;
+make) gen_make_project ;;
 esac
 
 # ---------------------------------------------------------------------------
@@ -365,6 +590,7 @@ say "PASS: $nfiles outputs identical with and without hakmem"
 for f in "$tmp/hak/cmp"/*.out; do
     case $f in *sort-*.out | *sqlite-dump.out)
         say "  ${f##*/}: sha256 $(sha256sum <"$f" | cut -c1-64)" ;;
+    *git-rev-parse.out) say "  ${f##*/}: $(tr '\n' ' ' <"$f")" ;;
     esac
 done
 exit 0
