@@ -36,6 +36,19 @@
 #endif
 #define HT_DEFAULT_POOL (HT_POOL_ENABLED ? "tls" : "none")
 
+/* 1 when built with ThreadSanitizer (GCC defines __SANITIZE_THREAD__, clang
+ * has __has_feature(thread_sanitizer)). */
+#if defined(__SANITIZE_THREAD__)
+#define HT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HT_TSAN 1
+#endif
+#endif
+#ifndef HT_TSAN
+#define HT_TSAN 0
+#endif
+
 #if HT_INTERPOSE
 /* C23 functions; glibc 2.36 does not declare them yet. */
 void free_sized(void *ptr, size_t size);
@@ -50,6 +63,44 @@ extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t nmemb, size_t size);
 extern void *__libc_memalign(size_t alignment, size_t size);
 extern void __libc_free(void *ptr);
+
+#if HT_TSAN
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+/* This ThreadSanitizer runtime does not intercept mremap, which hakmem uses
+ * to grow and move large blocks. The range a move vacates keeps the accesses
+ * made there before the move, so the next thread that gets those pages
+ * (an in-place mremap growth does not go through the mmap interceptor that
+ * would reset them) is reported as racing with them. The kernel serializes
+ * every mremap on the address-space lock; model that lock with one TSan sync
+ * object, so that whatever a thread did before its mremap happens before
+ * whatever the next mremap caller does after it. The executable's mremap
+ * takes precedence over libc's for libhakmem.so too. */
+static char ht_tsan_mm_lock;
+extern void __tsan_acquire (void *addr);
+extern void __tsan_release (void *addr);
+
+void *mremap (void *old_address, size_t old_size, size_t new_size, int flags, ...);
+void *
+mremap (void *old_address, size_t old_size, size_t new_size, int flags, ...)
+{
+  void *new_address = NULL;
+  if (flags & MREMAP_FIXED)
+    {
+      va_list ap;
+      va_start (ap, flags);
+      new_address = va_arg (ap, void *);
+      va_end (ap);
+    }
+  __tsan_release (&ht_tsan_mm_lock);
+  long r = syscall (SYS_mremap, old_address, old_size, new_size, flags,
+                    new_address);
+  __tsan_acquire (&ht_tsan_mm_lock);
+  return r == -1 ? MAP_FAILED : (void *) r;
+}
+#endif
 
 #define HT_KiB ((size_t)1024)
 #define HT_MiB ((size_t)1024 * 1024)

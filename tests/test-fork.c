@@ -63,6 +63,13 @@ child_code_name (int code)
 
 static gint stop_workers;
 
+/* ThreadSanitizer cannot start a thread in the child of a multi-threaded
+ * process ("starting new threads after multi-threaded fork is not
+ * supported"; with die_after_fork=0 it dies on "dup thread with used id").
+ * Under TSan such a child runs the second thread's workload on its own
+ * thread instead. */
+static gboolean parent_has_threads;
+
 static size_t
 mixed_size (uint64_t *rng)
 {
@@ -191,6 +198,16 @@ child_main (Inherited *inh, size_t ninh, int iteration)
   if (rc)
     return rc;
 
+  if (HT_TSAN && parent_has_threads)
+    {
+      rc = child_workload ((uint64_t) iteration * 31 + 2);
+      if (!rc)
+        rc = child_workload ((uint64_t) iteration + 5);
+      if (rc)
+        return rc;
+      goto grandchild;
+    }
+
   /* A new thread in the child allocates too. */
   pthread_t t;
   if (pthread_create (&t, NULL, child_thread, GSIZE_TO_POINTER (iteration + 5)) != 0)
@@ -203,6 +220,7 @@ child_main (Inherited *inh, size_t ninh, int iteration)
   if (GPOINTER_TO_INT (ret))
     return GPOINTER_TO_INT (ret);
 
+grandchild:
   /* Every fifth child forks a grandchild. */
   if (iteration % 5 == 0)
     {
@@ -233,7 +251,12 @@ static void
 wait_child (pid_t pid, int iteration)
 {
   int status = 0;
-  gint64 deadline = g_get_monotonic_time () + TIMEOUT_MS * (gint64) 1000;
+  /* Slow harnesses (meson test --setup=valgrind sets HT_TIMEOUT_SCALE)
+   * stretch the limit: a child under memcheck is 20-50x slower. */
+  const char *scale_env = g_getenv ("HT_TIMEOUT_SCALE");
+  gint64 scale = scale_env ? MAX (1, g_ascii_strtoll (scale_env, NULL, 10)) : 1;
+  gint64 timeout_ms = TIMEOUT_MS * scale;
+  gint64 deadline = g_get_monotonic_time () + timeout_ms * 1000;
 
   for (;;)
     {
@@ -248,7 +271,7 @@ wait_child (pid_t pid, int iteration)
           waitpid (pid, &status, 0);
           g_error ("fork #%d: child %d still running after %d ms "
                    "(deadlock in the allocator after fork?)",
-                   iteration, (int) pid, TIMEOUT_MS);
+                   iteration, (int) pid, (int) timeout_ms);
         }
       g_usleep (1000);
     }
@@ -303,6 +326,7 @@ test_fork_with_threads (void)
   pthread_t t[WORKERS];
 
   g_atomic_int_set (&stop_workers, 0);
+  parent_has_threads = TRUE;
   for (int i = 0; i < WORKERS; i++)
     g_assert_cmpint (pthread_create (&t[i], NULL, worker,
                                      GSIZE_TO_POINTER ((gsize) i + 1)), ==, 0);
@@ -335,6 +359,7 @@ test_fork_from_thread (void)
   pthread_t t[WORKERS], f;
 
   g_atomic_int_set (&stop_workers, 0);
+  parent_has_threads = TRUE;
   for (int i = 0; i < WORKERS; i++)
     g_assert_cmpint (pthread_create (&t[i], NULL, worker,
                                      GSIZE_TO_POINTER ((gsize) i + 100)), ==, 0);
