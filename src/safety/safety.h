@@ -42,22 +42,6 @@ HAK_DATA const struct hak_safety_ops hak_safety_registry;
 HAK_DATA const struct hak_safety_ops hak_safety_trust;
 #if HAVE_MINCORE_BOX
 HAK_DATA const struct hak_safety_ops hak_safety_mincore;
-/* Bad-free handling (safety/badfree.c), shared by the boxes that check. */
-#define HAK_REASON_DOUBLE   "double free"
-#define HAK_REASON_INTERIOR "interior pointer (not the start of a block)"
-#define HAK_REASON_FOREIGN  "not allocated by hakmem"
-
-/* Reports a bad call as HAKMEM_ON_ERROR says: one line on stderr, then
- * abort (default), or just the line (warn), or nothing (ignore). Returns
- * only when the process goes on; the call must then have no effect. */
-void hak_report_bad(const char *op, const void *p, const char *reason);
-/* A small block whose free mark is set: 1 if it really is free already
- * (found in the caller's bin, its run's free list or its heap's inbox). */
-int hak_small_is_free(void *p, unsigned cls);
-/* 1 when a pointer hakmem does not own looks like a C-library block (so it
- * can be handed on); 0 for stack, static, misaligned or unreadable ones. */
-int hak_foreign_plausible(const void *p);
-
 #endif
 HAK_DATA const struct hak_safety_ops *hak_safety;
 
