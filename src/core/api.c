@@ -55,7 +55,6 @@ HAK_NOINLINE void *hak_alloc_slow(size_t size) {
  * HAK_PTR_INVALID after reporting it (the call must then do nothing). */
 static enum hak_ptr_kind checked_classify(const char *op, void *p, struct hak_ptr_info *info) {
     enum hak_ptr_kind k = hak_safety->classify(p, info);
-    if (!hak_safety->checks) return k;
     if (k == HAK_PTR_SMALL && hak_mark_read(hak_free_mark(p)) == hak_free_cookie &&
         hak_small_is_free(p, info->cls)) {
         info->reason = HAK_REASON_DOUBLE;

@@ -53,7 +53,7 @@ static const struct hak_cache_ops *const pools[] = {
     &hak_cache_direct,
 };
 static const struct hak_safety_ops *const safeties[] = {
-    &hak_safety_registry, &hak_safety_trust,
+    &hak_safety_registry,
 #if HAVE_MINCORE_BOX
     &hak_safety_mincore,
 #endif

@@ -20,12 +20,12 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         "Pool TLS box for mid sizes (1-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_CHOICE,
 #if HAVE_MINCORE_BOX
-        { "registry", "none", "mincore" },
+        { "registry", "mincore" },
 #else
-        { "registry", "none" },
+        { "registry" },
 #endif
         HAKMEM_DEFAULT_SAFETY,
-        "safety box: registry = O(1) chunk map + block checks; none = chunk map only, no block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
+        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },

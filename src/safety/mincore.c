@@ -104,6 +104,5 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
 const struct hak_safety_ops hak_safety_mincore = {
     .name = "mincore",
     .ss_entry_flag = HAK_SS_ENTRY_CHECKED,
-    .checks = 1,
     .classify = mincore_classify,
 };

@@ -48,6 +48,5 @@ static enum hak_ptr_kind registry_classify(const void *p, struct hak_ptr_info *i
 const struct hak_safety_ops hak_safety_registry = {
     .name = "registry",
     .ss_entry_flag = 0,
-    .checks = 1,
     .classify = registry_classify,
 };

@@ -32,14 +32,10 @@ struct hak_ptr_info {
 struct hak_safety_ops {
     const char *name;
     uint16_t ss_entry_flag;
-    /* 1: look for double frees and check foreign pointers before they go to
-     * the C library (see safety/badfree.c); 0: trust every pointer. */
-    int checks;
     enum hak_ptr_kind (*classify)(const void *p, struct hak_ptr_info *info);
 };
 
 HAK_DATA const struct hak_safety_ops hak_safety_registry;
-HAK_DATA const struct hak_safety_ops hak_safety_trust;
 #if HAVE_MINCORE_BOX
 HAK_DATA const struct hak_safety_ops hak_safety_mincore;
 #endif
