@@ -1,8 +1,7 @@
 #include "backend/chunk_map.h"
 
-uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
-uint8_t hak_ss_tags[HAK_MAX_SS][32];
-uint8_t hak_ss_runpos[HAK_MAX_SS][32];
+struct hak_free_tables hak_free_tables;
+uint8_t hak_ss_runpos[HAK_SLABS_PER_SS][HAK_ENTRY_ROWS];
 uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 

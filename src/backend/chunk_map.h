@@ -3,14 +3,22 @@
  * describe chunks hakmem maps are ever touched). It routes every free and
  * answers "is this pointer ours?" in one load, without a syscall.
  *
- * A SuperSlab's entry carries its dense index, which selects its row of slab
- * class tags in hak_ss_tags. Keeping the tags in one dense table (rather than
- * in each 2 MiB-aligned header, which all fall in the same L1 cache set)
- * keeps the free path's second load a cache hit. */
+ * A SuperSlab's entry carries its dense index; the entry itself selects the
+ * SuperSlab's slab class tags in hak_ss_tags. Keeping the tags in one dense
+ * table (rather than in each 2 MiB-aligned header, which all fall in the
+ * same L1 cache set) keeps the free path's second load a cache hit.
+ * The table has a column for every possible entry value, so the free path
+ * indexes it with whatever entry it loaded, with no range check: tags of
+ * entries that are not plain SuperSlabs (none, large, checked) are never
+ * written and stay zero, HAK_CLASS_INVALID, which sends the free to the
+ * slow path. It is indexed [slab][entry], not [entry][slab], because
+ * slab * 64 KiB is just the pointer's bits 16-20 (p & 0x1F0000): the free
+ * path gets the tag's offset with one AND instead of a shift, an AND and a
+ * shift. */
 #ifndef HAK_CHUNK_MAP_H
 #define HAK_CHUNK_MAP_H
 
-#include "core/common.h"
+#include "core/size_class.h"
 
 enum hak_chunk_kind {
     HAK_CHUNK_NONE = 0,       /* not hakmem's */
@@ -26,15 +34,36 @@ enum hak_chunk_kind {
 #define HAK_SS_ENTRY_BASE    16u
 #define HAK_SS_ENTRY_CHECKED 0x8000u
 #define HAK_MAX_SS           (HAK_SS_ENTRY_CHECKED - HAK_SS_ENTRY_BASE)   /* 64 GiB of SuperSlabs */
+#define HAK_ENTRY_ROWS       0x10000u   /* every uint16_t entry value */
 
 #define HAK_CHUNK_MAP_ENTRIES ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
-HAK_DATA uint16_t hak_chunk_map[HAK_CHUNK_MAP_ENTRIES];
-/* Class tag of every slab of every SuperSlab, by SuperSlab index. */
-HAK_DATA uint8_t hak_ss_tags[HAK_MAX_SS][32];
+
+/* The three tables the free hit path reads, in one object so that the path
+ * needs one base address (one rip-relative lea in a shared library), not
+ * three. Known by their own names below. */
+struct hak_free_tables {
+    uint16_t chunk_map[HAK_CHUNK_MAP_ENTRIES];   /* first: indexed with no offset */
+    /* Class tag of every slab of every SuperSlab, by slab index and chunk
+     * map entry (2 MiB of .bss; only the lines of live SuperSlabs are
+     * touched, a 64-byte line covering one slab of 64 of them). */
+    uint8_t ss_tags[HAK_SLABS_PER_SS][HAK_ENTRY_ROWS];
+    /* 16 bytes a class, like a bin, so one scaled index serves both */
+    struct hak_class_check class_magic[HAK_NBINS];   /* see size_class.h */
+};
+HAK_DATA struct hak_free_tables hak_free_tables;
+#define hak_chunk_map         (hak_free_tables.chunk_map)
+#define hak_ss_tags           (hak_free_tables.ss_tags)
+#define hak_class_magic       (hak_free_tables.class_magic)
 
 /* Position of every slab within its run (0 for a run's first slab), so the
- * free path can find a multi-slab run's start without the header. */
-HAK_DATA uint8_t hak_ss_runpos[HAK_MAX_SS][32];
+ * free path can find a multi-slab run's start without the header. Indexed
+ * like hak_ss_tags. */
+HAK_DATA uint8_t hak_ss_runpos[HAK_SLABS_PER_SS][HAK_ENTRY_ROWS];
+
+/* The class tag of slab `slab` of the SuperSlab whose chunk map entry is e. */
+HAK_INLINE unsigned hak_ss_tag(unsigned e, unsigned slab) {
+    return hak_ss_tags[slab][e];
+}
 
 /* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */
 HAK_DATA uint16_t hak_ss_entry_flag;
@@ -48,6 +77,10 @@ HAK_INLINE unsigned hak_chunk_entry(const void *p) {
 static inline unsigned hak_entry_kind(unsigned e) {
     if (e < HAK_SS_ENTRY_BASE) return e;
     return (e & HAK_SS_ENTRY_CHECKED) ? HAK_CHUNK_SS_CHECKED : HAK_CHUNK_SS;
+}
+/* The chunk map entry (and tag row) of the SuperSlab with dense index i. */
+static inline unsigned hak_ss_entry_of(unsigned i) {
+    return HAK_SS_ENTRY_BASE + i;
 }
 static inline unsigned hak_entry_ss_index(unsigned e) {
     return (e & ~HAK_SS_ENTRY_CHECKED) - HAK_SS_ENTRY_BASE;

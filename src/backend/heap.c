@@ -297,7 +297,7 @@ void hak_heap_scavenge_abandoned(void) {
 
 void hak_heap_abandon(struct hak_heap *h) {
     hak_heap_drain_inbox(h);
-    for (unsigned c = 0; c < HAK_NCLASS; c++) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_slab *s = h->current[c];
         if (!s) continue;
         h->current[c] = NULL;

@@ -40,7 +40,7 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->next = ss->prev = NULL;
     ss->free_mask = HAK_SS_ALL_FREE;
     ss->purged = 0;
-    memset(hak_ss_slab_tags(ss), HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
+    hak_ss_clear_tags(ss);
     memset(ss->slab_head, 0, sizeof ss->slab_head);
     memset(ss->slabs, 0, sizeof ss->slabs);
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) ss->slabs[i].index = (uint8_t)i;
@@ -75,8 +75,8 @@ static struct hak_superslab *map_batch(void) {
     for (unsigned i = 0; i < got; i++) {
         struct hak_superslab *ss = (struct hak_superslab *)(base + i * HAK_CHUNK_SIZE);
         ss->index = index[i];
-        memset(hak_ss_tags[index[i]], HAK_CLASS_INVALID, HAK_SLABS_PER_SS);
-        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, (HAK_SS_ENTRY_BASE + index[i]) | hak_ss_entry_flag, 0);
+        hak_ss_clear_tags(ss);
+        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, hak_ss_entry_of(index[i]) | hak_ss_entry_flag, 0);
     }
     if (got > 1) {
         hak_spin_lock(&pool.lock);
@@ -179,9 +179,8 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         }
         /* Tag last: the inline free path may read the tag as soon as a block
          * escapes, which only happens after this function returns. */
-        uint8_t *tags = hak_ss_slab_tags(ss), *pos = hak_ss_runpos[ss->index];
-        for (unsigned k = 0; k < n; k++) pos[i + k] = (uint8_t)k;
-        for (unsigned k = 0; k < n; k++) tags[i + k] = (uint8_t)cls;
+        for (unsigned k = 0; k < n; k++) hak_ss_runpos[i + k][hak_ss_entry_of(ss->index)] = (uint8_t)k;
+        for (unsigned k = 0; k < n; k++) hak_ss_set_tag(ss, i + k, cls);
         return s;
     }
     return NULL;
@@ -189,9 +188,8 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
 
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     unsigned i = s->index, n = s->nslabs;
-    uint8_t *tags = hak_ss_slab_tags(ss);
     for (unsigned k = 0; k < n; k++) {
-        tags[i + k] = HAK_CLASS_INVALID;
+        hak_ss_set_tag(ss, i + k, HAK_CLASS_INVALID);
         ss->slabs[i + k].state = HAK_SLAB_FREE;
     }
     s->nslabs = 0;

@@ -45,7 +45,7 @@ struct hak_superslab {
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
     uint32_t free_mask;      /* bit i set: slab i free */
     uint32_t purged;         /* pages given back while in the global pool */
-    uint32_t index;          /* row in hak_ss_tags (see chunk_map.h) */
+    uint32_t index;          /* dense index: chunk map entry hak_ss_entry_of(index) */
     uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
     struct hak_slab slabs[HAK_SLABS_PER_SS];
 };
@@ -60,8 +60,11 @@ HAK_INLINE unsigned hak_slab_index(const void *p) {
 }
 /* Class tag of every slab, read by the inline free path: runs are tagged on
  * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
-HAK_INLINE uint8_t *hak_ss_slab_tags(const struct hak_superslab *ss) {
-    return hak_ss_tags[ss->index];
+HAK_INLINE void hak_ss_set_tag(const struct hak_superslab *ss, unsigned slab, unsigned cls) {
+    hak_ss_tags[slab][hak_ss_entry_of(ss->index)] = (uint8_t)cls;
+}
+HAK_INLINE void hak_ss_clear_tags(const struct hak_superslab *ss) {
+    for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) hak_ss_set_tag(ss, i, HAK_CLASS_INVALID);
 }
 /* The run a block of this SuperSlab belongs to. */
 HAK_INLINE struct hak_slab *hak_slab_of(struct hak_superslab *ss, const void *p) {

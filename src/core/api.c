@@ -55,7 +55,7 @@ HAK_NOINLINE void *hak_alloc_slow(size_t size) {
  * HAK_PTR_INVALID after reporting it (the call must then do nothing). */
 static enum hak_ptr_kind checked_classify(const char *op, void *p, struct hak_ptr_info *info) {
     enum hak_ptr_kind k = hak_safety->classify(p, info);
-    if (k == HAK_PTR_SMALL && hak_mark_read(hak_free_mark(p)) == hak_free_cookie &&
+    if (k == HAK_PTR_SMALL && hak_mark_read(hak_free_mark(p)) == HAK_FREE_MARK &&
         hak_small_is_free(p, info->cls)) {
         info->reason = HAK_REASON_DOUBLE;
         k = HAK_PTR_INVALID;
@@ -76,19 +76,20 @@ static void free_small(void *p, unsigned cls) {
     else hak_cache_for(cls)->free_miss(t, p, cls);
 }
 
-/* The hit path for classes whose runs span several slabs: the run's start
- * comes from the slab's position in it (hak_ss_runpos), not the header. */
-HAK_NOINLINE void hak_free_multislab(void *p) {
+/* Where the inline free path sends whatever it did not push: blocks of
+ * classes whose runs span several slabs (their run's start comes from the
+ * slab's position in it, hak_ss_runpos, not the header), full bins, and
+ * every pointer that needs checking. */
+HAK_NOINLINE void hak_free_miss(void *p) {
     /* recomputed here so the hit path keeps nothing live across its branch */
-    unsigned ss_idx = hak_chunk_entry(p) - HAK_SS_ENTRY_BASE;
-    unsigned cls = hak_ss_tags[ss_idx][hak_slab_index(p)];
-    if (cls < HAK_NCLASS && hak_class_start_magic[cls] == 0) {
-        unsigned slab = hak_slab_index(p);
+    unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
+    unsigned cls = hak_ss_tag(e, slab);
+    if (cls != HAK_CLASS_INVALID && hak_class_magic[cls].start == 0) {
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
-                       ((uint64_t)hak_ss_runpos[ss_idx][slab] << HAK_SLAB_SHIFT);
-        uint64_t magic = hak_class_run_magic[cls];
+                       ((uint64_t)hak_ss_runpos[slab][e] << HAK_SLAB_SHIFT);
+        uint64_t magic = hak_class_magic[cls].run;
         struct hak_bin *b = &hak_tls.bins[cls];
-        if (off * magic < magic && b->room != 0 && hak_mark_read(hak_free_mark(p)) != hak_free_cookie) {
+        if (off * magic < magic && b->room != 0 && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK) {
             hak_bin_push(b, p);
             return;
         }

@@ -18,6 +18,19 @@
  * instead of through the GOT (-fvisibility=hidden covers definitions only). */
 #define HAK_DATA        extern __attribute__((visibility("hidden")))
 
+/* 1 in a build with ASan or TSan (GCC says so with macros, clang with
+ * __has_feature). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HAK_HAS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HAK_HAS_SANITIZER 1
+#endif
+#endif
+#ifndef HAK_HAS_SANITIZER
+#define HAK_HAS_SANITIZER 0
+#endif
+
 /* Everything hakmem hands out lives in 2 MiB-aligned chunks: a SuperSlab is
  * one chunk, a large span is one or more. The chunk map (one byte per chunk)
  * is what makes "is this pointer ours?" an O(1) lookup without a syscall. */

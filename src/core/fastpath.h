@@ -1,15 +1,16 @@
 /* The malloc and free hit paths, inlined into every exported entry point.
- * A hit is: one size-class table load, one TLS bin access, a pop or a push.
+ * A hit is: one size-class computation (malloc: the size rounded to 16 B;
+ * free: the slab's class tag), one TLS bin access, a pop or a push.
  * No call, no lock, no atomic read-modify-write, no syscall, no function
  * pointer, no init check (see core/tls.h for why none is needed). Anything
- * else is a miss and leaves through a hak_*_slow function.
+ * else is a miss and leaves through a hak_*_slow or hak_free_miss function.
  *
  * Bad frees: the free path checks that p is a block start of its class
  * (a multiply, see size_class.h; classes above 4 KiB, whose runs span
- * several slabs, in hak_free_multislab), and a freed small block carries a free
- * mark (the per-process random cookie in its third 32-bit word; malloc
- * clears it), so an interior pointer or a block that is already free leaves
- * the hit path, and the slow path finds out what it is (safety/badfree.c). */
+ * several slabs, in hak_free_miss), and a freed small block carries the free
+ * mark (HAK_FREE_MARK in its third 32-bit word; malloc clears it), so an
+ * interior pointer or a block that is already free leaves the hit path, and
+ * the slow path finds out what it is (safety/badfree.c). */
 #ifndef HAK_FASTPATH_H
 #define HAK_FASTPATH_H
 
@@ -20,9 +21,14 @@
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
-void  hak_free_multislab(void *p);
+void  hak_free_miss(void *p);
 
-HAK_DATA uint32_t hak_free_cookie;
+/* The free mark. A constant, not a secret: it only decides whether free
+ * takes the slow path, which confirms a double free by finding the block on
+ * a free list, so a program that happens to store this value in a live
+ * block's third word costs itself a slow free, nothing else. An immediate
+ * saves the hit path a load. */
+#define HAK_FREE_MARK 0xF4EEB10Cu
 
 HAK_INLINE uint32_t *hak_free_mark(void *p) { return (uint32_t *)p + 2; }
 
@@ -35,7 +41,7 @@ HAK_INLINE void *hak_bin_pop(struct hak_bin *b, void *p) {
 
 /* A small block stops being the program's: mark it free (and tell memcheck). */
 HAK_INLINE void hak_block_freed(void *p) {
-    *hak_free_mark(p) = hak_free_cookie;
+    *hak_free_mark(p) = HAK_FREE_MARK;
     hak_track_free(p);
 }
 
@@ -46,36 +52,70 @@ HAK_INLINE void hak_bin_push(struct hak_bin *b, void *p) {
     b->room--;
 }
 
+/* The hit paths' own pop and push, on a bin reached through the thread's
+ * segment (see core/tls.h); they do what hak_bin_pop and hak_bin_push do. */
+HAK_INLINE void *hak_fast_pop(hak_fast_bin *b, void *p) {
+    b->head = hak_link_get(p);
+    b->room++;
+    hak_mark_clear(hak_free_mark(p));
+    return p;
+}
+
+/* Takes one block's room in a bin: 1 if it had some, 0 (bin unchanged) if
+ * it was full. Written as "decrement, then test the sign" because compilers
+ * turn that into a decrement of the field in memory and a branch on its
+ * sign (two instructions, no load into a register); the full case puts the
+ * field back on its cold path. room never exceeds INT32_MAX. */
+HAK_INLINE int hak_fast_take_room(hak_fast_bin *b) {
+    int32_t left = (int32_t)b->room - 1;
+    b->room = (uint32_t)left;
+    if (HAK_UNLIKELY(left < 0)) {
+        b->room = 0;
+        return 0;
+    }
+    return 1;
+}
+
 HAK_INLINE void *hak_alloc_inline(size_t size) {
-    unsigned cls;
-    if (HAK_LIKELY(size <= HAK_TINY_MAX)) cls = hak_tiny_class(size);
-    else if (size <= HAK_SMALL_MAX) cls = hak_mid_class(size);   /* Pool TLS bins */
-    else return hak_alloc_slow(size);
-    struct hak_bin *b = &hak_tls.bins[cls];
+    hak_fast_bin *b;
+    if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
+        /* &bins[hak_tiny_class(size)]: a 16-byte bin per 16 bytes of size,
+         * so the offset is the size rounded up to 16 (0 -> empty bin 0) */
+        _Static_assert(sizeof(struct hak_bin) == 16, "tiny bin offset is the rounded size");
+        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + ((size + 15) & ~(size_t)15));
+    } else if (size <= HAK_SMALL_MAX) {
+        b = &hak_fast_bins()[hak_mid_class(size)];   /* Pool TLS bins */
+    } else {
+        return hak_alloc_slow(size);
+    }
     void *p = b->head;
-    if (HAK_LIKELY(p != NULL)) return hak_bin_pop(b, p);
+    if (HAK_LIKELY(p != NULL)) return hak_fast_pop(b, p);
     return hak_alloc_slow(size);
 }
 
 HAK_INLINE void hak_free_inline(void *p) {
-    /* One unsigned compare selects SuperSlab entries without the checked
-     * flag (see chunk_map.h). Slab tags are HAK_CLASS_INVALID for free slabs
-     * and the header, whose bin has no room: such a pointer falls to the
-     * slow path and is checked there. */
-    unsigned idx = hak_chunk_entry(p) - HAK_SS_ENTRY_BASE;
-    if (HAK_LIKELY(idx < HAK_MAX_SS)) {
-        unsigned cls = hak_ss_tags[idx][hak_slab_index(p)];
-        struct hak_bin *b = &hak_tls.bins[cls];
-        uint64_t magic = hak_class_start_magic[cls];
-        if (HAK_LIKELY((uint64_t)(uint16_t)(uintptr_t)p * magic < magic && b->room != 0 &&
-                       hak_mark_read(hak_free_mark(p)) != hak_free_cookie)) {
-            hak_bin_push(b, p);
-            return;
-        }
-        hak_free_multislab(p);   /* classes above 4 KiB, or a miss */
+    /* No range check on the entry: every entry value has a tag row, and
+     * rows of non-SuperSlab entries (none, large, checked by the safety
+     * box) are all HAK_CLASS_INVALID, as are free slabs and the header.
+     * That class's magic is 0, which fails the block-start test, so such a
+     * pointer reaches hak_free_miss and is checked there. */
+    _Static_assert(HAK_ENTRY_ROWS == HAK_SLAB_SIZE, "a tag column per slab is 64 KiB, like a slab");
+    uintptr_t slab_col = (uintptr_t)p & ((HAK_SLABS_PER_SS - 1) * HAK_SLAB_SIZE);   /* slab * 64 KiB */
+    uintptr_t cls = ((const uint8_t *)hak_ss_tags + slab_col)[hak_chunk_entry(p)];
+    /* a bin and a class's magic are both 16 bytes: one scaled index */
+    _Static_assert(sizeof(struct hak_class_check) == sizeof(struct hak_bin), "same stride");
+    uintptr_t at = cls * sizeof(struct hak_bin);
+    uint64_t magic = ((const struct hak_class_check *)((const char *)hak_class_magic + at))->start;
+    hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
+    if (HAK_LIKELY((uint64_t)(uint16_t)(uintptr_t)p * magic < magic &&
+                   hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK &&
+                   hak_fast_take_room(b))) {
+        hak_block_freed(p);
+        hak_link_set(p, b->head);
+        b->head = p;
         return;
     }
-    hak_free_slow(p);
+    hak_free_miss(p);   /* classes above 4 KiB, or a miss */
 }
 
 #endif

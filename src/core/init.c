@@ -29,18 +29,6 @@ const struct hak_cache_ops *hak_pool = &hak_cache_direct;
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
 
 atomic_int hak_init_state;
-uint32_t hak_free_cookie;
-
-/* The free mark: random per process (from the kernel's AT_RANDOM bytes), so
- * no program's data matches it except by a 1-in-2^32 chance, which the slow
- * path then rules out. Never 0, which malloc writes. */
-static uint32_t make_cookie(void) {
-    uint32_t c = 0;
-    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
-    if (r) c = (uint32_t)r[4] | (uint32_t)r[5] << 8 | (uint32_t)r[6] << 16 | (uint32_t)r[7] << 24;
-    c ^= (uint32_t)(uintptr_t)&c;   /* ASLR adds more if AT_RANDOM is missing */
-    return c ? c : 0x5a17c0deu;
-}
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
 static pthread_key_t thread_key;
 
@@ -77,7 +65,6 @@ void hak_init_slow(void) {
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
-    hak_free_cookie = make_cookie();
     hak_ss_pool_init();
     pthread_key_create(&thread_key, thread_exit);
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);
@@ -95,9 +82,9 @@ struct hak_heap *hak_thread_heap(void) {
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
     t->heap = h;
-    for (unsigned c = 0; c < HAK_NCLASS; c++)
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         t->bins[c].room = t->bins[c].max = hak_cache_for(c)->capacity(c);
-    t->bins[HAK_CLASS_INVALID].room = t->bins[HAK_CLASS_INVALID].max = 0;
+    /* bins[HAK_CLASS_INVALID] stays empty with no room: never a hit */
     t->state = 1;
     /* Registers thread_exit for this thread; may allocate (now served). */
     pthread_setspecific(thread_key, h);

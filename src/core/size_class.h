@@ -1,18 +1,25 @@
-/* Size classes: 16 B steps up to 128 B, then four classes per doubling up to
- * HAK_SMALL_MAX (256 KiB). Worst-case internal waste is 25% at a class
- * boundary, about 8% on average for uniformly random sizes. Requests above
- * HAK_SMALL_MAX go to the large path. */
+/* Size classes: 16 B steps up to 1 KiB (so a tiny request's class is its
+ * size rounded up to 16, with no table), then four classes per doubling up
+ * to HAK_SMALL_MAX (256 KiB). Internal waste: under 16 B per tiny block;
+ * at most 25% at a mid class boundary, about 10% on average for uniformly
+ * random mid sizes. Requests above HAK_SMALL_MAX go to the large path.
+ *
+ * Class 0 is no class: it is the tag of slabs not in use (zero-filled
+ * memory means "not a block"), and its bin never holds a block, so
+ * malloc(0) (which rounds to class 0) and a free of such a slab's pointer
+ * both leave the hit path. */
 #ifndef HAK_SIZE_CLASS_H
 #define HAK_SIZE_CLASS_H
 
 #include "core/common.h"
 
-#define HAK_TINY_MAX     1024u                 /* front cache range */
-#define HAK_SMALL_MAX    ((size_t)256 << 10)   /* SuperSlab range   */
-#define HAK_NCLASS       52                    /* real classes      */
-#define HAK_CLASS_INVALID HAK_NCLASS           /* tag of slabs not in use */
-#define HAK_NBINS        (HAK_NCLASS + 1)
-#define HAK_TINY_NCLASS  20                    /* classes <= 1 KiB  */
+#define HAK_TINY_MAX      1024u                 /* front cache range */
+#define HAK_SMALL_MAX     ((size_t)256 << 10)   /* SuperSlab range   */
+#define HAK_CLASS_INVALID 0u
+#define HAK_CLASS_FIRST   1u
+#define HAK_TINY_LAST     64u                   /* classes 1..64: 16..1024 B */
+#define HAK_NCLASS        97u                   /* 0, 64 tiny, 32 mid */
+#define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
 /* Divisibility magic for the free path's block-start check: an offset n
@@ -20,16 +27,20 @@ HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
  * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Classes up
  * to 4 KiB have single-slab runs, so the offset is the pointer's low 16 bits.
  * Larger classes and HAK_CLASS_INVALID get 0, which always fails: their
- * frees are checked in full on the slow path. */
-HAK_DATA uint64_t hak_class_start_magic[HAK_NBINS];
-/* The same magic for every class, for offsets from a run's first slab. */
-HAK_DATA uint64_t hak_class_run_magic[HAK_NCLASS];
+ * frees are checked in full on the slow path (start). run is the magic for
+ * every class, for offsets from a run's first slab. The table,
+ * hak_class_magic[cls], is in backend/chunk_map.h, beside the other tables
+ * the free path reads. */
+struct hak_class_check {
+    uint64_t start;
+    uint64_t run;
+};
 void hak_size_class_init(void);
-HAK_DATA const uint8_t  hak_tiny_class_index[(HAK_TINY_MAX >> 4) + 1];
 
-/* Class of a request of n bytes, n <= HAK_TINY_MAX: one table load. */
+/* Class of a request of n bytes, n <= HAK_TINY_MAX: its size in 16 B
+ * units (0 for n == 0, which is no class; hak_class_of handles it). */
 HAK_INLINE unsigned hak_tiny_class(size_t n) {
-    return hak_tiny_class_index[(n + 15) >> 4];
+    return (unsigned)((n + 15) >> 4);
 }
 
 /* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: four classes per power of
@@ -38,11 +49,12 @@ HAK_INLINE unsigned hak_mid_class(size_t n) {
     size_t m = n - 1;
     unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
     unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
-    return HAK_TINY_NCLASS + (lg - 10) * 4 + quarter;
+    return HAK_TINY_LAST + 1 + (lg - 10) * 4 + quarter;
 }
 
-/* Class of any n <= HAK_SMALL_MAX. */
+/* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
 static inline unsigned hak_class_of(size_t n) {
+    if (n == 0) return HAK_CLASS_FIRST;
     return n <= HAK_TINY_MAX ? hak_tiny_class(n) : hak_mid_class(n);
 }
 

@@ -45,7 +45,7 @@ HAK_EXPORT void hak_print_stats(void) {
             ss.mapped, ss.reused, ss.purged, ss.unmapped, ss.cached, ss.live, ss.live * 2);
     hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
-    for (unsigned c = 0; c < HAK_NCLASS; c++)
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (s->class_refills[c])
             hak_log("hakmem: class %2u (%6u B): refills %llu\n", c, hak_class_size[c],
                     (unsigned long long)s->class_refills[c]);

@@ -20,6 +20,6 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
 }
 
 void hak_cache_flush_all(struct hak_tls *t) {
-    for (unsigned c = 0; c < HAK_NCLASS; c++)
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (t->bins[c].head) hak_heap_flush(t->heap, &t->bins[c], hak_bin_count(&t->bins[c]));
 }

@@ -8,7 +8,7 @@
  * costs nothing on a hit.
  *
  * Preconditions for every op: the calling thread is set up (hak_tls.state ==
- * 1, hak_tls.heap != NULL) and cls < HAK_NCLASS is in the box's range. */
+ * 1, hak_tls.heap != NULL) and cls (not HAK_CLASS_INVALID) is in the box's range. */
 #ifndef HAK_FRONT_H
 #define HAK_FRONT_H
 
@@ -36,7 +36,7 @@ HAK_DATA const struct hak_cache_ops *hak_front;
 HAK_DATA const struct hak_cache_ops *hak_pool;
 
 static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
-    return cls < HAK_TINY_NCLASS ? hak_front : hak_pool;
+    return cls <= HAK_TINY_LAST ? hak_front : hak_pool;
 }
 
 /* Batch moves between a bin and the thread's heap, for caching boxes:

@@ -44,7 +44,7 @@ static unsigned probe_chunk(uintptr_t base) {
     uint64_t magic;
     if (!read_word(base, &magic)) return HAK_CHUNK_NONE;
     if (magic == HAK_SS_MAGIC)   /* the header's page is readable: so is its index */
-        return (HAK_SS_ENTRY_BASE + ((struct hak_superslab *)base)->index) | HAK_SS_ENTRY_CHECKED;
+        return hak_ss_entry_of(((struct hak_superslab *)base)->index) | HAK_SS_ENTRY_CHECKED;
     if (magic == HAK_LARGE_MAGIC) return HAK_CHUNK_LARGE;
     return MAPPED_OTHER;
 }

@@ -12,8 +12,8 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
     case HAK_CHUNK_SS:
     case HAK_CHUNK_SS_CHECKED: {
         struct hak_superslab *ss = hak_ss_of(p);
-        unsigned cls = hak_ss_tags[hak_entry_ss_index(chunk_entry)][hak_slab_index(p)];
-        if (cls >= HAK_NCLASS) {           /* a free slab, or the header */
+        unsigned cls = hak_ss_tag(hak_ss_entry_of(ss->index), hak_slab_index(p));
+        if (cls == HAK_CLASS_INVALID) {           /* a free slab, or the header */
             info->reason = hak_slab_index(p) == 0 ? HAK_REASON_FOREIGN : HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
         }
