@@ -1,7 +1,7 @@
 #include "backend/chunk_map.h"
 
 struct hak_free_tables hak_free_tables;
-uint8_t hak_ss_runpos[HAK_SLABS_PER_SS][HAK_ENTRY_ROWS];
+uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
 uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 

@@ -179,7 +179,7 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         }
         /* Tag last: the inline free path may read the tag as soon as a block
          * escapes, which only happens after this function returns. */
-        for (unsigned k = 0; k < n; k++) hak_ss_runpos[i + k][hak_ss_entry_of(ss->index)] = (uint8_t)k;
+        for (unsigned k = 0; k < n; k++) hak_ss_runpos[hak_ss_entry_of(ss->index)][i + k] = (uint8_t)k;
         for (unsigned k = 0; k < n; k++) hak_ss_set_tag(ss, i + k, cls);
         return s;
     }

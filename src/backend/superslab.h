@@ -61,7 +61,7 @@ HAK_INLINE unsigned hak_slab_index(const void *p) {
 /* Class tag of every slab, read by the inline free path: runs are tagged on
  * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
 HAK_INLINE void hak_ss_set_tag(const struct hak_superslab *ss, unsigned slab, unsigned cls) {
-    hak_ss_tags[slab][hak_ss_entry_of(ss->index)] = (uint8_t)cls;
+    hak_ss_tags[hak_ss_entry_of(ss->index)][slab] = (uint16_t)(cls * HAK_TAG_SCALE);
 }
 HAK_INLINE void hak_ss_clear_tags(const struct hak_superslab *ss) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) hak_ss_set_tag(ss, i, HAK_CLASS_INVALID);

@@ -86,7 +86,7 @@ HAK_NOINLINE void hak_free_miss(void *p) {
     unsigned cls = hak_ss_tag(e, slab);
     if (cls != HAK_CLASS_INVALID && hak_class_magic[cls].start == 0) {
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
-                       ((uint64_t)hak_ss_runpos[slab][e] << HAK_SLAB_SHIFT);
+                       ((uint64_t)hak_ss_runpos[e][slab] << HAK_SLAB_SHIFT);
         uint64_t magic = hak_class_magic[cls].run;
         struct hak_bin *b = &hak_tls.bins[cls];
         if (off * magic < magic && b->room != 0 && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK) {

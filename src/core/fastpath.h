@@ -99,12 +99,11 @@ HAK_INLINE void hak_free_inline(void *p) {
      * box) are all HAK_CLASS_INVALID, as are free slabs and the header.
      * That class's magic is 0, which fails the block-start test, so such a
      * pointer reaches hak_free_miss and is checked there. */
-    _Static_assert(HAK_ENTRY_ROWS == HAK_SLAB_SIZE, "a tag column per slab is 64 KiB, like a slab");
-    uintptr_t slab_col = (uintptr_t)p & ((HAK_SLABS_PER_SS - 1) * HAK_SLAB_SIZE);   /* slab * 64 KiB */
-    uintptr_t cls = ((const uint8_t *)hak_ss_tags + slab_col)[hak_chunk_entry(p)];
-    /* a bin and a class's magic are both 16 bytes: one scaled index */
-    _Static_assert(sizeof(struct hak_class_check) == sizeof(struct hak_bin), "same stride");
-    uintptr_t at = cls * sizeof(struct hak_bin);
+    /* the tag is the class's offset in the bins and in hak_class_magic,
+     * both 16 bytes a class */
+    _Static_assert(sizeof(struct hak_class_check) == HAK_TAG_SCALE &&
+                   sizeof(struct hak_bin) == HAK_TAG_SCALE, "tag is a bin offset");
+    uintptr_t at = hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)];
     uint64_t magic = ((const struct hak_class_check *)((const char *)hak_class_magic + at))->start;
     hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
     if (HAK_LIKELY((uint64_t)(uint16_t)(uintptr_t)p * magic < magic &&
