@@ -76,21 +76,26 @@ static void free_small(void *p, unsigned cls) {
     else hak_cache_for(cls)->free_miss(t, p, cls);
 }
 
-/* Where the inline free path sends whatever it did not push: blocks of
- * classes whose runs span several slabs (their run's start comes from the
- * slab's position in it, hak_ss_runpos, not the header), full bins, and
- * every pointer that needs checking. */
-HAK_NOINLINE void hak_free_miss(void *p) {
-    /* recomputed here so the hit path keeps nothing live across its branch */
-    unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
-    unsigned cls = hak_ss_tag(e, slab);
-    if (cls != HAK_CLASS_INVALID && hak_class_magic[cls].start == 0) {
+/* Where the inline free path sends whatever it did not push, with the tag
+ * it read for p (see backend/chunk_map.h): blocks of classes whose runs
+ * span several slabs (their run's start comes from the slab's position in
+ * it, hak_ss_runpos, not the header), full bins, and every pointer that
+ * needs checking. The multi-slab case is the Pool TLS hit path for mid
+ * sizes above 4 KiB, so it stays short. */
+HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
+    const struct hak_class_check *m =
+        (const struct hak_class_check *)((const char *)hak_class_magic + tag);
+    if (m->start == 0 && tag != HAK_CLASS_INVALID) {
+        /* a tag other than 0 means p's chunk is a plain SuperSlab */
+        unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
                        ((uint64_t)hak_ss_runpos[e][slab] << HAK_SLAB_SHIFT);
-        uint64_t magic = hak_class_magic[cls].run;
-        struct hak_bin *b = &hak_tls.bins[cls];
-        if (off * magic < magic && b->room != 0 && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK) {
-            hak_bin_push(b, p);
+        hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + tag);
+        if (off * m->run < m->run && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK &&
+            hak_fast_take_room(b)) {
+            hak_block_freed(p);
+            hak_link_set(p, b->head);
+            b->head = p;
             return;
         }
     }

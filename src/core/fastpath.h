@@ -21,7 +21,7 @@
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
-void  hak_free_miss(void *p);
+void  hak_free_miss(void *p, uintptr_t tag);
 
 /* The free mark. A constant, not a secret: it only decides whether free
  * takes the slow path, which confirms a double free by finding the block on
@@ -114,7 +114,7 @@ HAK_INLINE void hak_free_inline(void *p) {
         b->head = p;
         return;
     }
-    hak_free_miss(p);   /* classes above 4 KiB, or a miss */
+    hak_free_miss(p, at);   /* classes above 4 KiB, or a miss */
 }
 
 #endif
