@@ -153,12 +153,12 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
         } else if (s->carved < s->capacity) {
             unsigned room = s->capacity - s->carved;
             got = want < room ? want : room;
-            char *p = hak_slab_start(s) + (size_t)s->carved * s->block_size;
+            uint32_t first = s->carved;
             s->carved += got;
             /* link back to front so the bin hands out ascending addresses */
             void *head = bin->head;
             for (unsigned i = got; i-- > 0;) {
-                void *b = p + (size_t)i * s->block_size;
+                void *b = hak_slab_block(s, first + i);
                 hak_track_noaccess(b, s->block_size);
                 hak_link_set(b, head);
                 head = b;

@@ -146,11 +146,16 @@ void hak_ss_release(struct hak_superslab *ss) {
     hak_spin_unlock(&pool.lock);
 }
 
+unsigned hak_ss_per_slab(size_t bs) {
+    return bs <= HAK_SLAB_SIZE ? (unsigned)(HAK_SLAB_SIZE / bs) : 0;
+}
+
 unsigned hak_ss_run_slabs(unsigned cls) {
     size_t bs = hak_class_size[cls];
     /* runs of at least 16 blocks keep run turnover (and its metadata work)
      * rare for mid sizes; pages are touched only as blocks are carved */
-    size_t n = (16 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
+    size_t n = bs <= HAK_SLAB_SIZE ? (16 + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
+                                   : (16 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
@@ -167,7 +172,8 @@ struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
         s->nfree = 0;
         s->used = 0;
         s->carved = 0;
-        s->capacity = (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
+        s->per_slab = (uint16_t)hak_ss_per_slab(bs);
+        s->capacity = s->per_slab ? n * s->per_slab : (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
         s->block_size = bs;
         s->block_recip = (uint32_t)((((uint64_t)1 << 32) + bs - 1) / bs);
         s->cls = (uint8_t)cls;

@@ -1,6 +1,11 @@
 /* SuperSlab pool: 2 MiB-aligned chunks carved into 64 KiB slabs. A run of
  * one or more contiguous slabs serves one size class; a run freed empty goes
- * back to its SuperSlab and can then serve any class. Every SuperSlab is
+ * back to its SuperSlab and can then serve any class. Blocks of classes up
+ * to 64 KiB never cross a slab boundary (each slab of the run holds
+ * per_slab blocks from its start, the tail stays unused and untouched), so
+ * a block start is a multiple of the block size from its slab's boundary
+ * and the inline free path can check it from the pointer alone; blocks of
+ * larger classes are laid end to end over the run. Every SuperSlab is
  * owned by one heap (see heap.h); empty SuperSlabs go to a global cache and
  * are only given back to the OS lazily, with madvise. */
 #ifndef HAK_SUPERSLAB_H
@@ -35,6 +40,7 @@ struct hak_slab {
     uint8_t nslabs;
     uint8_t state;
     uint8_t index;           /* slab index in its SuperSlab */
+    uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (> 64 KiB) */
 };
 
 #define HAK_SS_MAGIC 0x68616b6d53536c62ull   /* "hakmSSlb" */
@@ -80,11 +86,24 @@ HAK_INLINE struct hak_superslab *hak_ss_of_slab(const struct hak_slab *s) {
 HAK_INLINE char *hak_slab_start(const struct hak_slab *s) {
     return (char *)hak_ss_of(s) + ((size_t)s->index << HAK_SLAB_SHIFT);
 }
+/* Block k of run s (k < capacity). */
+HAK_INLINE char *hak_slab_block(const struct hak_slab *s, uint32_t k) {
+    if (!s->per_slab) return hak_slab_start(s) + (size_t)k * s->block_size;
+    return hak_slab_start(s) + ((size_t)(k / s->per_slab) << HAK_SLAB_SHIFT) +
+           (size_t)(k % s->per_slab) * s->block_size;
+}
 /* 1 when p is exactly the start of a block of run s. */
 static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *p) {
     uintptr_t start = (uintptr_t)hak_slab_start(s);
+    if ((uintptr_t)p < start) return 0;
     uintptr_t off = (uintptr_t)p - start;
-    if ((uintptr_t)p < start || off >= (uintptr_t)s->capacity * s->block_size) return 0;
+    if (s->per_slab) {
+        if ((off >> HAK_SLAB_SHIFT) >= s->nslabs) return 0;
+        off &= HAK_SLAB_SIZE - 1;
+        if (off >= (uintptr_t)s->per_slab * s->block_size) return 0;
+    } else if (off >= (uintptr_t)s->capacity * s->block_size) {
+        return 0;
+    }
     uint32_t idx = (uint32_t)(((uint64_t)off * s->block_recip) >> 32);
     return (uintptr_t)idx * s->block_size == off;
 }
@@ -92,6 +111,9 @@ static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *
 /* Global pool (thread-safe). */
 struct hak_superslab *hak_ss_acquire(struct hak_heap *owner);
 void hak_ss_release(struct hak_superslab *ss);
+/* Blocks per slab for a block size up to 64 KiB (blocks stay inside their
+ * slab); 0 above, where they are laid end to end over the run. */
+unsigned hak_ss_per_slab(size_t bs);
 /* Slabs per run for a class: enough for >= 16 blocks, at most 16 slabs. */
 unsigned hak_ss_run_slabs(unsigned cls);
 /* Runs inside a SuperSlab (owner thread only). */

@@ -80,8 +80,8 @@ static void free_small(void *p, unsigned cls) {
  * it read for p (see backend/chunk_map.h): blocks of classes whose runs
  * span several slabs (their run's start comes from the slab's position in
  * it, hak_ss_runpos, not the header), full bins, and every pointer that
- * needs checking. The multi-slab case is the Pool TLS hit path for mid
- * sizes above 4 KiB, so it stays short. */
+ * needs checking. The multi-slab case is the Pool TLS hit path for sizes
+ * above 64 KiB, so it stays short. */
 HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
     const struct hak_class_check *m =
         (const struct hak_class_check *)((const char *)hak_class_magic + tag);
@@ -178,8 +178,9 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
 static void *alloc_aligned_untracked(size_t align, size_t size) {
     if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
     if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
-        /* Runs start on 64 KiB boundaries, so every block of a class whose
-         * size is a multiple of align is aligned. */
+        /* Runs and slabs start on 64 KiB boundaries and a block's offset
+         * from one is a multiple of its size, so every block of a class
+         * whose size is a multiple of align is aligned. */
         for (unsigned c = hak_class_of(size); c < HAK_NCLASS; c++)
             if ((hak_class_size[c] & (align - 1)) == 0) return alloc_class(c);
     }

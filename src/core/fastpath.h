@@ -6,7 +6,7 @@
  * else is a miss and leaves through a hak_*_slow or hak_free_miss function.
  *
  * Bad frees: the free path checks that p is a block start of its class
- * (a multiply, see size_class.h; classes above 4 KiB, whose runs span
+ * (a multiply, see size_class.h; classes above 64 KiB, whose blocks span
  * several slabs, in hak_free_miss), and a freed small block carries the free
  * mark (HAK_FREE_MARK in its third 32-bit word; malloc clears it), so an
  * interior pointer or a block that is already free leaves the hit path, and
@@ -114,7 +114,7 @@ HAK_INLINE void hak_free_inline(void *p) {
         b->head = p;
         return;
     }
-    hak_free_miss(p, at);   /* classes above 4 KiB, or a miss */
+    hak_free_miss(p, at);   /* classes above 64 KiB, or a miss */
 }
 
 #endif

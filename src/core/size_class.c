@@ -23,7 +23,10 @@ void hak_size_class_init(void) {
          * slow path (magic 0 always fails) */
         struct hak_class_check *m = &hak_class_magic[c];
         m->run = UINT64_MAX / hak_class_size[c] + 1;
-        m->start = hak_class_size[c] <= 4096 ? m->run : 0;
+        /* blocks up to a slab's size never cross a slab boundary
+         * (backend/superslab.h): their starts are multiples of the size
+         * from the slab boundary, which the pointer's low 16 bits give */
+        m->start = hak_class_size[c] <= HAK_SLAB_SIZE ? m->run : 0;
     }
     hak_class_magic[HAK_CLASS_INVALID] = (struct hak_class_check){ 0, 0 };
 }

@@ -24,10 +24,11 @@
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
 /* Divisibility magic for the free path's block-start check: an offset n
  * (< 2^32) from the run start is a multiple of the class size d exactly when
- * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Classes up
- * to 4 KiB have single-slab runs, so the offset is the pointer's low 16 bits.
- * Larger classes and HAK_CLASS_INVALID get 0, which always fails: their
- * frees are checked in full on the slow path (start). run is the magic for
+ * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Blocks of
+ * classes up to 64 KiB never cross a slab boundary, so the offset that
+ * matters is from the slab's start: the pointer's low 16 bits (start).
+ * Larger classes and HAK_CLASS_INVALID get start = 0, which always fails:
+ * their frees go to hak_free_miss. run is the magic for
  * every class, for offsets from a run's first slab. The table,
  * hak_class_magic[cls], is in backend/chunk_map.h, beside the other tables
  * the free path reads. */
