@@ -22,20 +22,27 @@
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
-/* Divisibility magic for the free path's block-start check: an offset n
- * (< 2^32) from the run start is a multiple of the class size d exactly when
- * n * M < M, with M = floor((2^64 - 1) / d) + 1 (Lemire et al.). Blocks of
- * classes up to 64 KiB never cross a slab boundary, so the offset that
- * matters is from the slab's start: the pointer's low 16 bits (start).
- * Larger classes and HAK_CLASS_INVALID get start = 0, which always fails:
- * their frees go to hak_free_miss. run is the magic for
- * every class, for offsets from a run's first slab. The table,
- * hak_class_magic[cls], is in backend/chunk_map.h, beside the other tables
- * the free path reads. */
+/* The free path's block-start check, one multiply and one compare: an
+ * offset n (< 2^32) is the start of one of the first `count` blocks of size
+ * d laid from offset 0 exactly when n * mul (mod 2^64) < limit, with
+ * mul = floor((2^64 - 1) / d) + 1 (Lemire et al.'s divisibility magic) and
+ * limit = count * e, where e = mul * d - 2^64 is the rounding error
+ * (limit = 1 when d is a power of two and e = 0). A multiple q * d gives
+ * q * e, below the limit for q < count; any other n gives at least mul,
+ * far above it. So the multiple of d just past the last block, which still
+ * lies inside the slab or run when d does not divide its size, fails too.
+ *
+ * Blocks of classes up to 64 KiB never cross a slab boundary, so their
+ * offset is the pointer's low 16 bits and count is the blocks per slab:
+ * hak_class_magic[cls] (backend/chunk_map.h, beside the other tables the
+ * free path reads). Larger classes and HAK_CLASS_INVALID have mul = limit
+ * = 0 there, which always fails: their frees go to hak_free_miss, which
+ * checks the offset from the run's start against hak_class_run_check. */
 struct hak_class_check {
-    uint64_t start;
-    uint64_t run;
+    uint64_t mul;
+    uint64_t limit;
 };
+HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
 void hak_size_class_init(void);
 
 /* Class of a request of n bytes, n <= HAK_TINY_MAX: its size in 16 B

@@ -193,6 +193,30 @@ interior (enum call c, size_t size, size_t off)
   A (free) (p);
 }
 
+/* The address just past the last block that fits in p's 64 KiB slab: a
+ * multiple of the block size from the slab boundary, still inside the slab
+ * when the size does not divide 64 KiB, where a block would start if it
+ * fitted. It was never a block: accepting it would hand out memory that
+ * runs into the next slab. */
+static void
+slab_tail (enum call c, size_t size)
+{
+  unsigned char *p = A (malloc) (size);
+  if (!p)
+    fail ("malloc(%zu)", size);
+  fill (p, size, 13);
+  uintptr_t slab = (uintptr_t) p & ~(uintptr_t) 0xFFFF;
+  unsigned char *tail = (unsigned char *) (slab + (0x10000 / size) * size);
+  bad_call (c, tail, "interior pointer");
+  if (!intact (p, size, 13))
+    fail ("the %zu-byte block %p was changed by the bad call on %p", size, (void *) p,
+          (void *) tail);
+  /* no block may cover the tail's first byte (the next slab's first
+   * block may well start within tail + size) */
+  no_duplicates (size, tail, tail + 1);
+  A (free) (p);
+}
+
 static void
 foreign_buffer (enum call c, unsigned char *buf, size_t n)
 {
@@ -259,6 +283,12 @@ run_interior (enum call c, size_t size, size_t off)
   interior (c, size, off);
 }
 static void
+run_slab_tail (enum call c, size_t size, size_t unused)
+{
+  (void) unused;
+  slab_tail (c, size);
+}
+static void
 run_stack (enum call c, size_t a, size_t b)
 {
   (void) a, (void) b;
@@ -298,6 +328,8 @@ static const struct tcase cases[] = {
   { "interior-mid+16", run_interior, 8 * KiB, 16 },
   { "interior-mid+8", run_interior, 8 * KiB, 8 },
   { "interior-large+4096", run_interior, MiB, 4096 },
+  { "slab-tail-tiny", run_slab_tail, 48, 0 },
+  { "slab-tail-mid", run_slab_tail, 24 * KiB, 0 },
   { "stack", run_stack, 0, 0 },
   { "static", run_static, 0, 0 },
   { "garbage", run_garbage, 0, 0 },
