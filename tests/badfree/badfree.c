@@ -29,19 +29,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "hakmem.h"
-
-#ifndef HT_INTERPOSE
-#define HT_INTERPOSE 1
-#endif
-#if HT_INTERPOSE
-#define A(fn) fn
-#else
-#define A(fn) hak_##fn
-#endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
+#include "../ht-api.h"
 
 static inline void *
 hide (void *p)

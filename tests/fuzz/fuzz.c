@@ -29,19 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hakmem.h"
-
-#ifndef HT_INTERPOSE
-#define HT_INTERPOSE 1
-#endif
-#if HT_INTERPOSE
-#define A(fn) fn
-#else
-#define A(fn) hak_##fn
-#endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
+#include "../ht-api.h"
 
 enum { NSLOTS = 64 };
 /* Bound on the bytes live at once, so one input cannot take the machine. */

@@ -36,16 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "hakmem.h"
-
-#ifndef HT_INTERPOSE
-#define HT_INTERPOSE 1
-#endif
-#if HT_INTERPOSE
-#define A(fn) fn
-#else
-#define A(fn) hak_##fn
-#endif
+#include "../ht-api.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_SANITIZER 1
@@ -57,9 +48,6 @@
 #ifndef UNDER_SANITIZER
 #define UNDER_SANITIZER 0
 #endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
 
 enum { EXIT_SKIP = 77 };
 

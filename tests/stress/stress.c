@@ -41,21 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hakmem.h"
-
-/* The allocator entry point under test: the malloc names when libhakmem
- * interposes them, the hak_* names in -Dinterpose=false builds. */
-#ifndef HT_INTERPOSE
-#define HT_INTERPOSE 1
-#endif
-#if HT_INTERPOSE
-#define A(fn) fn
-#else
-#define A(fn) hak_##fn
-#endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
+#include "../ht-api.h"
 
 enum { MAX_THREADS = 64, LOCAL_SLOTS = 128, SHARED_PER_THREAD = 256 };
 

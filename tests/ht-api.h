@@ -1,0 +1,25 @@
+/* What the standalone test programs (badfree, fuzz, oom, stress) share and
+ * GLib's suites do not need: the allocator entry point under test and size
+ * units. A(malloc) is malloc when libhakmem interposes the malloc names,
+ * hak_malloc in -Dinterpose=false (sanitizer) builds; meson passes
+ * HT_INTERPOSE. */
+#ifndef HT_API_H
+#define HT_API_H
+
+#include <stddef.h>
+
+#include "hakmem.h"
+
+#ifndef HT_INTERPOSE
+#define HT_INTERPOSE 1
+#endif
+#if HT_INTERPOSE
+#define A(fn) fn
+#else
+#define A(fn) hak_##fn
+#endif
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+#endif
