@@ -64,6 +64,7 @@ void hak_init_slow(void) {
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
+    hak_cache_limits_init();
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     hak_ss_pool_init();
     pthread_key_create(&thread_key, thread_exit);
@@ -82,9 +83,7 @@ struct hak_heap *hak_thread_heap(void) {
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
     t->heap = h;
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
-        t->bins[c].room = t->bins[c].max = hak_cache_for(c)->capacity(c);
-    /* bins[HAK_CLASS_INVALID] stays empty with no room: never a hit */
+    hak_cache_thread_init(t);
     t->state = 1;
     /* Registers thread_exit for this thread; may allocate (now served). */
     pthread_setspecific(thread_key, h);

@@ -5,8 +5,32 @@
 #include "backend/heap.h"
 #include "core/fastpath.h"
 
+uint32_t hak_bin_limit[HAK_NBINS];
+
+void hak_cache_limits_init(void) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
+        hak_bin_limit[c] = hak_cache_for(c)->capacity(c);
+}
+
+void hak_cache_thread_init(struct hak_tls *t) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
+        uint32_t lim = hak_bin_limit[c];
+        t->bins[c].room = t->bins[c].max = lim < HAK_BIN_START ? lim : HAK_BIN_START;
+    }
+    /* bins[HAK_CLASS_INVALID] stays empty with no room: never a hit */
+}
+
+/* Doubles b's capacity, up to the class's limit; the new room is free. */
+static void bin_grow(struct hak_bin *b, uint32_t lim) {
+    if (b->max >= lim) return;
+    uint32_t grown = b->max * 2 < lim ? b->max * 2 : lim;
+    b->room += grown - b->max;
+    b->max = grown;
+}
+
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
+    bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
     return hak_bin_pop(b, b->head);
@@ -14,6 +38,9 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
 
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
+    if (!b->room) {
+        bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
+    }
     if (!b->room)
         hak_heap_flush(t->heap, b, hak_bin_count(b) - b->max / 2);
     hak_bin_push(b, p);

@@ -39,6 +39,18 @@ static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
     return cls <= HAK_TINY_LAST ? hak_front : hak_pool;
 }
 
+/* A bin's capacity starts small and doubles on every refill up to its
+ * box's capacity for the class (hak_bin_limit, fixed at init): a thread
+ * that allocates a class rarely keeps a few blocks of it, not a full bin
+ * (and carves no more of its run than it uses), while a busy class reaches
+ * full depth after a handful of misses. Frees never grow it: a thread that
+ * only frees a class (a consumer) flushes it in small batches. */
+#define HAK_BIN_START 4u
+#define HAK_BIN_FREE_MAX 16u
+HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
+void hak_cache_limits_init(void);
+void hak_cache_thread_init(struct hak_tls *t);
+
 /* Batch moves between a bin and the thread's heap, for caching boxes:
  * refill half a bin and pop one block; or flush down to half and push p. */
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls);
