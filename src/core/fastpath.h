@@ -93,23 +93,31 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
     return hak_alloc_slow(size);
 }
 
-HAK_INLINE void hak_free_inline(void *p) {
-    /* No range check on the entry: every entry value has a tag row, and
-     * rows of non-SuperSlab entries (none, large, checked by the safety
-     * box) are all HAK_CLASS_INVALID, as are free slabs and the header.
-     * That class's check (mul = limit = 0) always fails, so such a
-     * pointer reaches hak_free_miss and is checked there. */
+/* The hit path's test of a pointer: stores p's class tag in *at and
+ * returns 1 when p is the start of a block of a single-slab class that is
+ * not marked free, that is, a block the program may free or resize.
+ * No range check on the entry: every entry value has a tag row, and rows
+ * of non-SuperSlab entries (none, large, checked by the safety box) are
+ * all HAK_CLASS_INVALID, as are free slabs and the header. That class's
+ * check (mul = limit = 0) always fails, so such a pointer gets 0 and is
+ * checked on a slow path. */
+HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {
     /* the tag is the class's offset in the bins and in hak_class_magic,
      * both 16 bytes a class */
     _Static_assert(sizeof(struct hak_class_check) == HAK_TAG_SCALE &&
                    sizeof(struct hak_bin) == HAK_TAG_SCALE, "tag is a bin offset");
-    uintptr_t at = hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)];
+    *at = hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)];
     const struct hak_class_check *check =
-        (const struct hak_class_check *)((const char *)hak_class_magic + at);
+        (const struct hak_class_check *)((const char *)hak_class_magic + *at);
+    return (uint64_t)(uint16_t)(uintptr_t)p * check->mul < check->limit &&
+           hak_mark_read(hak_free_mark((void *)p)) != HAK_FREE_MARK;
+}
+
+HAK_INLINE void hak_free_inline(void *p) {
+    uintptr_t at;
+    int live = hak_live_block(p, &at);
     hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
-    if (HAK_LIKELY((uint64_t)(uint16_t)(uintptr_t)p * check->mul < check->limit &&
-                   hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK &&
-                   hak_fast_take_room(b))) {
+    if (HAK_LIKELY(live && hak_fast_take_room(b))) {
         hak_block_freed(p);
         hak_link_set(p, b->head);
         b->head = p;
