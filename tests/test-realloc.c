@@ -200,6 +200,30 @@ test_grow_by_one (void)
   T (free) (p);
 }
 
+/* A buffer grown a byte at a time (a string realloc'ed to its exact
+ * length) moves a bounded number of times: a block that must grow is
+ * given room to spare, so the moves follow the size geometrically instead
+ * of every 16-byte class step (64 moves for the tiny range alone). */
+static void
+test_grow_amortized (void)
+{
+  size_t moves = 0;
+  char *p = T (malloc) (1);
+  g_assert_nonnull (p);
+  p[0] = 'x';
+  for (size_t n = 2; n <= 65536; n++)
+    {
+      char *q = T (realloc) (p, n);
+      g_assert_nonnull (q);
+      g_assert_cmpint (q[0], ==, 'x');
+      moves += q != p;
+      p = q;
+    }
+  T (free) (p);
+  g_test_message ("%zu moves growing 1 -> 65536 bytes", moves);
+  g_assert_cmpuint (moves, <=, 60);
+}
+
 /* Several growing buffers interleaved, as in a program building many
  * strings at once. */
 static void
@@ -252,6 +276,7 @@ main (int argc, char **argv)
   g_test_add_func ("/realloc/in-place", test_in_place);
   g_test_add_func ("/realloc/growth-chain-1.5x", test_growth_chain);
   g_test_add_func ("/realloc/grow-by-one", test_grow_by_one);
+  g_test_add_func ("/realloc/grow-amortized", test_grow_amortized);
   g_test_add_func ("/realloc/interleaved-buffers", test_interleaved_buffers);
 
   return g_test_run ();
