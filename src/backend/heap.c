@@ -73,11 +73,24 @@ static void run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak
     }
 }
 
+/* A new run for cls in one of h's SuperSlabs, where it covers the most
+ * dirty slabs (see superslab.h), or in a SuperSlab taken from the pool. */
 static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
+    struct hak_superslab *best = NULL;
+    unsigned best_pos = 0, best_dirty = 0, n = hak_ss_run_slabs(cls);
     for (struct hak_superslab *ss = h->ss_list; ss; ss = ss->next) {
         if (!ss->free_mask) continue;
-        struct hak_slab *s = hak_ss_run_alloc(ss, cls);
-        if (s) { h->st.runs_made++; return s; }
+        unsigned dirty, pos = hak_ss_run_fit(ss, cls, &dirty);
+        if (pos && (!best || dirty > best_dirty)) {
+            best = ss;
+            best_pos = pos;
+            best_dirty = dirty;
+            if (dirty == n) break;
+        }
+    }
+    if (best) {
+        h->st.runs_made++;
+        return hak_ss_run_place(best, best_pos, cls);
     }
     /* before taking more memory, collect what exited threads' heaps were
      * sent back (cheap when there is none: one relaxed load) */

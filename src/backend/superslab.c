@@ -39,6 +39,7 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->owner = owner;
     ss->next = ss->prev = NULL;
     ss->free_mask = HAK_SS_ALL_FREE;
+    if (ss->purged) ss->dirty_mask = 0;   /* fresh or madvised pages (the header's first page stays) */
     ss->purged = 0;
     hak_ss_clear_tags(ss);
     memset(ss->slab_head, 0, sizeof ss->slab_head);
@@ -159,37 +160,57 @@ unsigned hak_ss_run_slabs(unsigned cls) {
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
-struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
-    unsigned n = hak_ss_run_slabs(cls);
-    uint32_t want = (n == 32) ? 0xFFFFFFFFu : ((1u << n) - 1);
+static uint32_t run_bits(unsigned n) { return n == 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
+
+unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned cls, unsigned *dirty) {
+    unsigned n = hak_ss_run_slabs(cls), best = 0, best_dirty = 0;
+    uint32_t want = run_bits(n);
     for (unsigned i = 1; i + n <= HAK_SLABS_PER_SS; i++) {
         if (((ss->free_mask >> i) & want) != want) continue;
-        ss->free_mask &= ~(want << i);
-        struct hak_slab *s = &ss->slabs[i];
-        uint32_t bs = hak_class_size[cls];
-        s->free = NULL;
-        s->next = s->prev = NULL;
-        s->nfree = 0;
-        s->used = 0;
-        s->carved = 0;
-        s->per_slab = (uint16_t)hak_ss_per_slab(bs);
-        s->capacity = s->per_slab ? n * s->per_slab : (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
-        s->block_size = bs;
-        s->block_recip = (uint32_t)((((uint64_t)1 << 32) + bs - 1) / bs);
-        s->cls = (uint8_t)cls;
-        s->nslabs = (uint8_t)n;
-        s->state = HAK_SLAB_CURRENT;
-        for (unsigned k = 0; k < n; k++) {
-            ss->slab_head[i + k] = (uint8_t)i;
-            if (k) ss->slabs[i + k].state = HAK_SLAB_TAIL;
+        unsigned d = (unsigned)__builtin_popcount((ss->dirty_mask >> i) & want);
+        if (!best || d > best_dirty) {
+            best = i;
+            best_dirty = d;
+            if (d == n) break;
         }
-        /* Tag last: the inline free path may read the tag as soon as a block
-         * escapes, which only happens after this function returns. */
-        for (unsigned k = 0; k < n; k++) hak_ss_runpos[hak_ss_entry_of(ss->index)][i + k] = (uint8_t)k;
-        for (unsigned k = 0; k < n; k++) hak_ss_set_tag(ss, i + k, cls);
-        return s;
     }
-    return NULL;
+    *dirty = best_dirty;
+    return best;
+}
+
+struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
+    unsigned dirty, pos = hak_ss_run_fit(ss, cls, &dirty);
+    return pos ? hak_ss_run_place(ss, pos, cls) : NULL;
+}
+
+struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned cls) {
+    unsigned n = hak_ss_run_slabs(cls);
+    uint32_t want = run_bits(n);
+    ss->free_mask &= ~(want << i);
+    ss->dirty_mask |= want << i;
+    struct hak_slab *s = &ss->slabs[i];
+    uint32_t bs = hak_class_size[cls];
+    s->free = NULL;
+    s->next = s->prev = NULL;
+    s->nfree = 0;
+    s->used = 0;
+    s->carved = 0;
+    s->per_slab = (uint16_t)hak_ss_per_slab(bs);
+    s->capacity = s->per_slab ? n * s->per_slab : (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
+    s->block_size = bs;
+    s->block_recip = (uint32_t)((((uint64_t)1 << 32) + bs - 1) / bs);
+    s->cls = (uint8_t)cls;
+    s->nslabs = (uint8_t)n;
+    s->state = HAK_SLAB_CURRENT;
+    for (unsigned k = 0; k < n; k++) {
+        ss->slab_head[i + k] = (uint8_t)i;
+        if (k) ss->slabs[i + k].state = HAK_SLAB_TAIL;
+    }
+    /* Tag last: the inline free path may read the tag as soon as a block
+     * escapes, which only happens after this function returns. */
+    for (unsigned k = 0; k < n; k++) hak_ss_runpos[hak_ss_entry_of(ss->index)][i + k] = (uint8_t)k;
+    for (unsigned k = 0; k < n; k++) hak_ss_set_tag(ss, i + k, cls);
+    return s;
 }
 
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
@@ -199,8 +220,7 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
         ss->slabs[i + k].state = HAK_SLAB_FREE;
     }
     s->nslabs = 0;
-    uint32_t bits = (n == 32) ? 0xFFFFFFFFu : ((1u << n) - 1);
-    ss->free_mask |= bits << i;
+    ss->free_mask |= run_bits(n) << i;
 }
 
 size_t hak_ss_pool_release_all(void) {

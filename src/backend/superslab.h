@@ -50,6 +50,7 @@ struct hak_superslab {
     struct hak_heap *owner;
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
     uint32_t free_mask;      /* bit i set: slab i free */
+    uint32_t dirty_mask;     /* bit i set: slab i was in a run since the pages were last purged */
     uint32_t purged;         /* pages given back while in the global pool */
     uint32_t index;          /* dense index: chunk map entry hak_ss_entry_of(index) */
     uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
@@ -116,7 +117,14 @@ void hak_ss_release(struct hak_superslab *ss);
 unsigned hak_ss_per_slab(size_t bs);
 /* Slabs per run for a class: enough for >= 16 blocks, at most 16 slabs. */
 unsigned hak_ss_run_slabs(unsigned cls);
-/* Runs inside a SuperSlab (owner thread only). */
+/* Runs inside a SuperSlab (owner thread only). A run goes where it covers
+ * the most dirty slabs (pages some earlier run already touched), so freed
+ * memory is reused before untouched memory is faulted in: without that, a
+ * SuperSlab passed from thread to thread ends up with every page resident.
+ * hak_ss_run_fit returns the best position for a run of class cls (0: no
+ * room) and how many dirty slabs it covers; hak_ss_run_place makes it. */
+unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned cls, unsigned *dirty);
+struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned pos, unsigned cls);
 struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls);
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
 
