@@ -23,6 +23,7 @@ struct hak_heap {
     char pad_inbox[56];               /* keep it off the owner's hot line */
     struct hak_slab *current[HAK_NCLASS];
     struct hak_slab *partial[HAK_NCLASS];
+    uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     unsigned ss_count;
     struct hak_heap *next_all;        /* registry of every heap (stats) */

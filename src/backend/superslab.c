@@ -151,19 +151,26 @@ unsigned hak_ss_per_slab(size_t bs) {
     return bs <= HAK_SLAB_SIZE ? (unsigned)(HAK_SLAB_SIZE / bs) : 0;
 }
 
-unsigned hak_ss_run_slabs(unsigned cls) {
+unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
     size_t bs = hak_class_size[cls];
     /* runs of at least 16 blocks keep run turnover (and its metadata work)
-     * rare for mid sizes; pages are touched only as blocks are carved */
-    size_t n = bs <= HAK_SLAB_SIZE ? (16 + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
-                                   : (16 * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
+     * rare for mid sizes; pages are touched only as blocks are carved.
+     * A heap's first runs of a class are smaller (4, then 8 blocks): a
+     * thread that allocates a few blocks of a class then reserves a slab or
+     * two, not eight or sixteen, which other threads' runs would then touch
+     * elsewhere. Classes laid over their run (above 64 KiB) keep one size,
+     * which their block-start check (hak_class_run_check) assumes. */
+    size_t blocks = bs <= HAK_SLAB_SIZE ? (size_t)4 << (level < HAK_RUN_LEVELS ? level : HAK_RUN_LEVELS - 1)
+                                        : 16;
+    size_t n = bs <= HAK_SLAB_SIZE ? (blocks + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
+                                   : (blocks * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
 static uint32_t run_bits(unsigned n) { return n == 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
 
-unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned cls, unsigned *dirty) {
-    unsigned n = hak_ss_run_slabs(cls), best = 0, best_dirty = 0;
+unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned n, unsigned *dirty) {
+    unsigned best = 0, best_dirty = 0;
     uint32_t want = run_bits(n);
     for (unsigned i = 1; i + n <= HAK_SLABS_PER_SS; i++) {
         if (((ss->free_mask >> i) & want) != want) continue;
@@ -178,13 +185,12 @@ unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned cls, unsigned *
     return best;
 }
 
-struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls) {
-    unsigned dirty, pos = hak_ss_run_fit(ss, cls, &dirty);
-    return pos ? hak_ss_run_place(ss, pos, cls) : NULL;
+struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned n, unsigned cls) {
+    unsigned dirty, pos = hak_ss_run_fit(ss, n, &dirty);
+    return pos ? hak_ss_run_place(ss, pos, n, cls) : NULL;
 }
 
-struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned cls) {
-    unsigned n = hak_ss_run_slabs(cls);
+struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned n, unsigned cls) {
     uint32_t want = run_bits(n);
     ss->free_mask &= ~(want << i);
     ss->dirty_mask |= want << i;

@@ -116,16 +116,17 @@ void hak_ss_release(struct hak_superslab *ss);
  * slab); 0 above, where they are laid end to end over the run. */
 unsigned hak_ss_per_slab(size_t bs);
 /* Slabs per run for a class: enough for >= 16 blocks, at most 16 slabs. */
-unsigned hak_ss_run_slabs(unsigned cls);
+#define HAK_RUN_LEVELS 3u   /* run sizes a heap steps through for a class */
+unsigned hak_ss_run_slabs(unsigned cls, unsigned level);
 /* Runs inside a SuperSlab (owner thread only). A run goes where it covers
  * the most dirty slabs (pages some earlier run already touched), so freed
  * memory is reused before untouched memory is faulted in: without that, a
  * SuperSlab passed from thread to thread ends up with every page resident.
- * hak_ss_run_fit returns the best position for a run of class cls (0: no
+ * hak_ss_run_fit returns the best position for a run of n slabs (0: no
  * room) and how many dirty slabs it covers; hak_ss_run_place makes it. */
-unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned cls, unsigned *dirty);
-struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned pos, unsigned cls);
-struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned cls);
+unsigned hak_ss_run_fit(const struct hak_superslab *ss, unsigned n, unsigned *dirty);
+struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned pos, unsigned n, unsigned cls);
+struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned n, unsigned cls);
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
 
 void hak_ss_pool_init(void);

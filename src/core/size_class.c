@@ -35,8 +35,9 @@ void hak_size_class_init(void) {
          * bits; larger ones from their run's start, in hak_free_miss */
         hak_class_magic[c] = per_slab ? block_start_check(d, per_slab)
                                       : (struct hak_class_check){ 0, 0 };
-        uint32_t run_blocks = per_slab ? per_slab * hak_ss_run_slabs(c)
-                                       : (uint32_t)(((size_t)hak_ss_run_slabs(c) << HAK_SLAB_SHIFT) / d);
+        unsigned run_slabs = hak_ss_run_slabs(c, HAK_RUN_LEVELS - 1);
+        uint32_t run_blocks = per_slab ? per_slab * run_slabs
+                                       : (uint32_t)(((size_t)run_slabs << HAK_SLAB_SHIFT) / d);
         hak_class_run_check[c] = block_start_check(d, run_blocks);
     }
     hak_class_magic[HAK_CLASS_INVALID] = (struct hak_class_check){ 0, 0 };
