@@ -571,16 +571,7 @@ chain_thread (void *arg)
         msg_free (slot[k]);
     }
   if (--c->remaining > 0)
-    {
-      pthread_attr_t attr;
-      pthread_t t;
-      pthread_attr_init (&attr);
-      pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-      int rc = pthread_create (&t, &attr, chain_thread, c);
-      pthread_attr_destroy (&attr);
-      if (rc != 0)
-        g_error ("pthread_create: %s", g_strerror (rc));
-    }
+    pthread_detach (spawn (chain_thread, c));
   else
     g_atomic_int_inc (c->chains_done);
   return NULL;
