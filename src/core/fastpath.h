@@ -84,7 +84,7 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
         _Static_assert(sizeof(struct hak_bin) == 16, "tiny bin offset is the rounded size");
         b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + ((size + 15) & ~(size_t)15));
     } else if (size <= HAK_SMALL_MAX) {
-        b = &hak_fast_bins()[hak_mid_class(size)];   /* Pool TLS bins */
+        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + hak_mid_bin_of(size));   /* Pool TLS bins */
     } else {
         return hak_alloc_slow(size);
     }

@@ -26,7 +26,18 @@ static struct hak_class_check block_start_check(uint32_t d, uint32_t count) {
     return (struct hak_class_check){ mul, e ? (uint64_t)count * e : 1 };
 }
 
+uint16_t hak_mid_bin_offset[HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT];
+
+static void mid_table_init(void) {
+    for (size_t g = 0; g < HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT; g++) {
+        size_t last = (g + 1) << HAK_MID_GRANULE_SHIFT;   /* every size of the granule has its class */
+        unsigned cls = last <= HAK_TINY_MAX ? hak_tiny_class(last) : hak_mid_class(last);
+        hak_mid_bin_offset[g] = (uint16_t)(cls * HAK_TAG_SCALE);   /* a bin is 16 bytes */
+    }
+}
+
 void hak_size_class_init(void) {
+    mid_table_init();
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         uint32_t d = hak_class_size[c];
         unsigned per_slab = hak_ss_per_slab(d);
