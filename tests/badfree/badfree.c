@@ -362,6 +362,12 @@ main (int argc, char **argv)
         break;
       /* hakmem initialised before the case */
       A (free) (A (malloc) (16));
+      /* stdout's buffer would otherwise come from malloc at the case's first
+       * printf, and could take the memory of a block the case has just
+       * freed (a run given back and reused whole): the double-free cases
+       * need that memory to stay free until the second free */
+      static char out_buf[BUFSIZ];
+      setvbuf (stdout, out_buf, _IOLBF, sizeof out_buf);
       cases[i].fn (c, cases[i].a, cases[i].b);
       puts ("survived");
       fflush (stdout);
