@@ -251,6 +251,10 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
     (void)chain_len;
 }
 
+void hak_heap_free_remote(void *p) {
+    remote_push(hak_ss_of(p)->owner, p, p);
+}
+
 void hak_heap_drain_inbox(struct hak_heap *h) {
     void *p = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
     if (!p) return;

@@ -41,6 +41,9 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * other heaps' through their inboxes, one CAS per batch). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);
 void hak_heap_drain_inbox(struct hak_heap *h);
+/* Sends one block (already marked free) to its owner's inbox: the free of
+ * a thread whose heap is gone (see free_small in core/api.c). */
+void hak_heap_free_remote(void *p);
 /* 1 if p (a block of one of h's runs, or of another heap's) is on h's
  * lists: its run's free list (when h owns the run) or h's inbox. Slow. */
 int hak_heap_holds_free(struct hak_heap *h, const void *p);

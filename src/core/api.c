@@ -69,6 +69,16 @@ static enum hak_ptr_kind checked_classify(const char *op, void *p, struct hak_pt
 
 static void free_small(void *p, unsigned cls) {
     struct hak_tls *t = &hak_tls;
+    if (HAK_UNLIKELY(t->state == 2)) {
+        /* The thread's heap was handed back (thread exit) and glibc frees a
+         * few blocks after that, from the exiting thread itself (the TLS
+         * vector of a thread stack it evicts from its cache). Setting the
+         * thread up again would take a heap that nothing hands back once
+         * the key destructors have run: send the block to its owner. */
+        hak_block_freed(p);
+        hak_heap_free_remote(p);
+        return;
+    }
     if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap())
         return;   /* no memory even for a heap: the block is lost, never reused twice */
     struct hak_bin *b = &t->bins[cls];
