@@ -668,6 +668,51 @@ test_exited_heaps_adopted (void)
   g_test_trap_assert_passed ();
 }
 
+/* Key destructors that run after hakmem's (their keys are newer) allocate
+ * and free: the blocks they get must be sound, freeable anywhere later,
+ * and no heap may be left behind per thread. */
+enum { LATE_THREADS = 100 };
+static pthread_key_t late_key;
+static Msg *late_blocks[LATE_THREADS];
+static gint late_count;
+
+static void
+late_destructor (void *arg)
+{
+  Msg *mine = arg;
+  msg_free (mine);                  /* a free after the thread's teardown */
+  Msg *m = msg_new (300, 99);      /* and a malloc */
+  late_blocks[g_atomic_int_add (&late_count, 1)] = m;
+}
+
+static void *
+late_thread (void *arg)
+{
+  (void) arg;
+  pthread_setspecific (late_key, msg_new (200, 98));
+  return NULL;
+}
+
+static void
+test_late_destructors (void)
+{
+  if (g_test_subprocess ())
+    {
+      g_assert_cmpint (pthread_key_create (&late_key, late_destructor), ==, 0);
+      for (int i = 0; i < LATE_THREADS; i++)
+        join (spawn (late_thread, NULL));
+      g_assert_cmpint (g_atomic_int_get (&late_count), ==, LATE_THREADS);
+      for (int i = 0; i < LATE_THREADS; i++)
+        msg_free (late_blocks[i]);
+      unsigned heaps = stats_heap_count ();
+      g_test_message ("%u heaps after %d threads", heaps, (int) LATE_THREADS);
+      g_assert_cmpuint (heaps, <=, 4);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* All threads hammer the same size classes at once. */
 static void *
 hammer (void *arg)
@@ -711,6 +756,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/create-exit-cycles", test_create_exit_cycles);
   g_test_add_func ("/threads/contention", test_contention);
   g_test_add_func ("/threads/exited-heaps-adopted", test_exited_heaps_adopted);
+  g_test_add_func ("/threads/late-destructors", test_late_destructors);
 
   return g_test_run ();
 }

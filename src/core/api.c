@@ -23,8 +23,28 @@ extern void *__libc_realloc(void *, size_t);
 
 /* ---- misses ------------------------------------------------------------- */
 
+/* A malloc from a thread whose heap was handed back at its exit (a key
+ * destructor that runs after hakmem's, or glibc's own late cleanup): borrow
+ * an abandoned heap for one block and hand it straight back, instead of
+ * setting the thread up again with a heap that no destructor would return
+ * once the last round of them has run. */
+static void *alloc_after_teardown(unsigned cls) {
+    struct hak_heap *h = hak_heap_acquire();
+    if (!h) return NULL;
+    struct hak_bin one = { 0 };
+    void *p = hak_heap_refill(h, cls, &one, 1) ? one.head : NULL;
+    hak_heap_abandon(h);
+    if (p) hak_mark_clear(hak_free_mark(p));
+    return p;
+}
+
 static void *alloc_class(unsigned cls) {
     struct hak_tls *t = &hak_tls;
+    if (HAK_UNLIKELY(t->state == 2)) {
+        void *p = alloc_after_teardown(cls);
+        if (!p) errno = ENOMEM;
+        return p;
+    }
     if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap()) {
         errno = ENOMEM;
         return NULL;
