@@ -213,6 +213,11 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
     }
 }
 
+void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
+    struct hak_bin one = { 0 };
+    return hak_heap_refill(h, cls, &one, 1) ? one.head : NULL;
+}
+
 static void remote_push(struct hak_heap *owner, void *first, void *last) {
     void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
     do {

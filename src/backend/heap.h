@@ -37,6 +37,9 @@ void hak_heap_abandon(struct hak_heap *h); /* after its thread's caches were flu
 /* Moves up to want blocks of class cls onto the bin. Returns how many
  * (0: out of memory). */
 unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
+/* One block of class cls straight from h's runs, not through a bin (NULL:
+ * out of memory). */
+void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
 /* Returns the first n blocks of the bin to their runs (own ones directly,
  * other heaps' through their inboxes, one CAS per batch). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);

@@ -160,8 +160,7 @@ unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
      * two, not eight or sixteen, which other threads' runs would then touch
      * elsewhere. Classes laid over their run (above 64 KiB) keep one size,
      * which their block-start check (hak_class_run_check) assumes. */
-    size_t blocks = bs <= HAK_SLAB_SIZE ? (size_t)4 << (level < HAK_RUN_LEVELS ? level : HAK_RUN_LEVELS - 1)
-                                        : 16;
+    size_t blocks = bs <= HAK_SLAB_SIZE ? (size_t)4 << level : 16;   /* level < HAK_RUN_LEVELS */
     size_t n = bs <= HAK_SLAB_SIZE ? (blocks + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
                                    : (blocks * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;

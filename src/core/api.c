@@ -31,8 +31,7 @@ extern void *__libc_realloc(void *, size_t);
 static void *alloc_after_teardown(unsigned cls) {
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
-    struct hak_bin one = { 0 };
-    void *p = hak_heap_refill(h, cls, &one, 1) ? one.head : NULL;
+    void *p = hak_heap_take_one(h, cls);
     hak_heap_abandon(h);
     if (p) hak_mark_clear(hak_free_mark(p));
     return p;

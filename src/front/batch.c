@@ -37,10 +37,8 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
 }
 
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
-    struct hak_bin *b = &t->bins[cls];
-    if (!b->room) {
-        bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
-    }
+    struct hak_bin *b = &t->bins[cls];   /* full: no room */
+    bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room)
         hak_heap_flush(t->heap, b, hak_bin_count(b) - b->max / 2);
     hak_bin_push(b, p);

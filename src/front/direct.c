@@ -13,9 +13,7 @@ static uint32_t direct_capacity(unsigned cls) {
 }
 
 static void *direct_alloc_miss(struct hak_tls *t, unsigned cls) {
-    struct hak_bin one = { 0 };
-    if (!hak_heap_refill(t->heap, cls, &one, 1)) return NULL;
-    return one.head;
+    return hak_heap_take_one(t->heap, cls);
 }
 
 static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {

@@ -43,8 +43,9 @@ static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
  * box's capacity for the class (hak_bin_limit, fixed at init): a thread
  * that allocates a class rarely keeps a few blocks of it, not a full bin
  * (and carves no more of its run than it uses), while a busy class reaches
- * full depth after a handful of misses. Frees never grow it: a thread that
- * only frees a class (a consumer) flushes it in small batches. */
+ * full depth after a handful of misses. Frees alone grow it to
+ * HAK_BIN_FREE_MAX at most: a thread that only frees a class (a consumer)
+ * flushes it in small batches instead of keeping a full bin. */
 #define HAK_BIN_START 4u
 #define HAK_BIN_FREE_MAX 16u
 HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
