@@ -167,9 +167,10 @@ test_class_boundaries (void)
 }
 
 /* Usable sizes follow the documented classes: at most 25% (plus a 16-byte
- * step) above the request up to 256 KiB. A large block lives in a 2 MiB-
- * aligned span, possibly a cached one up to a quarter plus one chunk larger
- * than needed: its usable size stays below that. */
+ * step) above the request up to 256 KiB, or twice that when a free block of
+ * a larger class stood in (see test_larger_class_stands_in). A large block
+ * lives in a 2 MiB-aligned span, possibly a cached one up to a quarter plus
+ * one chunk larger than needed: its usable size stays below that. */
 static void
 test_usable_bound (void)
 {
@@ -179,12 +180,71 @@ test_usable_bound (void)
       g_assert_nonnull (p);
       size_t us = T (malloc_usable_size) (p);
       size_t span = ((s + 2 * HT_MiB - 1) & ~(2 * HT_MiB - 1)) + 2 * HT_MiB;
-      size_t bound = s <= 256 * HT_KiB ? s + s / 4 + 16 : span + span / 4 + 2 * HT_MiB;
+      size_t bound = s <= 256 * HT_KiB ? 2 * (s + s / 4 + 16) : span + span / 4 + 2 * HT_MiB;
       if (us < s || us > bound)
         g_error ("malloc_usable_size(malloc(%zu)) = %zu, expected in [%zu, %zu]",
                  s, us, s, bound);
       T (free) (p);
     }
+}
+
+/* A class with no free block of its own takes free blocks of a larger class
+ * (at most twice its size) that are already in memory, before it makes a
+ * new run; only classes whose blocks are aligned at least as well stand in,
+ * so a 64-byte request never gets an 80- or 96-byte block (memalign relies
+ * on 64-byte blocks being 64-aligned). A fresh process, so that the 80- and
+ * 64-byte classes have no runs yet. */
+static void
+test_larger_class_stands_in (void)
+{
+  enum { N = 4096 };
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  void **big = g_new0 (void *, N);
+  void **small = g_new0 (void *, N);
+  for (size_t i = 0; i < N; i++)
+    {
+      big[i] = T (malloc) (96);
+      g_assert_nonnull (big[i]);
+    }
+  for (size_t i = 0; i < N; i += 2)
+    {
+      T (free) (big[i]);
+      big[i] = NULL;
+    }
+  /* 2048 free 96-byte blocks, most of them back on their runs */
+  for (size_t i = 0; i < N / 4; i++)
+    {
+      small[i] = T (malloc) (64);
+      g_assert_nonnull (small[i]);
+      size_t us = T (malloc_usable_size) (small[i]);
+      if (us != 64 && us != 128)
+        g_error ("malloc(64): usable size %zu: a block not 64-aligned by class stood in", us);
+      g_assert_cmpuint ((uintptr_t) small[i] % 64, ==, 0);
+    }
+  size_t stand_ins = 0;
+  for (size_t i = N / 4; i < N / 2; i++)
+    {
+      small[i] = T (malloc) (80);
+      g_assert_nonnull (small[i]);
+      size_t us = T (malloc_usable_size) (small[i]);
+      if (us != 80 && us != 96)
+        g_error ("malloc(80): usable size %zu, expected 80 or a free 96-byte block", us);
+      stand_ins += us == 96;
+      memset (small[i], 0x5A, us);
+    }
+  g_assert_cmpuint (stand_ins, >, 0);
+  for (size_t i = 0; i < N; i++)
+    {
+      T (free) (big[i]);
+      T (free) (small[i]);
+    }
+  g_free (big);
+  g_free (small);
 }
 
 static void
@@ -260,6 +320,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/every-size-0-4096", test_every_small_size);
   g_test_add_func ("/sizes/class-boundaries", test_class_boundaries);
   g_test_add_func ("/sizes/usable-bound", test_usable_bound);
+  g_test_add_func ("/sizes/larger-class-stands-in", test_larger_class_stands_in);
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
 

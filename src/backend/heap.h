@@ -15,6 +15,7 @@ struct hak_heap_stats {
     uint64_t flushes, flushed_blocks;
     uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
+    uint64_t decay_ticks, decay_purges, borrowed_blocks;
     uint64_t class_refills[HAK_NCLASS];
 };
 
@@ -26,6 +27,7 @@ struct hak_heap {
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     unsigned ss_count;
+    uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *next_abandoned;
     struct hak_heap_stats st;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 
 void hak_spin_lock_slow(hak_spinlock_t *l) {
     for (unsigned spins = 0;; spins++) {
@@ -40,6 +41,12 @@ void hak_os_unmap(void *p, size_t size) {
     int saved = errno;
     munmap(p, size);
     errno = saved;
+}
+
+uint32_t hak_os_clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
 
 void hak_os_purge(void *p, size_t size) {

@@ -15,6 +15,9 @@ void  hak_os_purge(void *p, size_t size);
 void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
 /* Zero-filled memory for the allocator's own metadata; never freed. */
 void *hak_os_meta_alloc(size_t size);
+/* A coarse monotonic clock in milliseconds (the vDSO's, no system call;
+ * a few ms of resolution), wrapping: compare with (int32_t)(a - b). */
+uint32_t hak_os_clock_ms(void);
 
 
 

@@ -39,7 +39,7 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->owner = owner;
     ss->next = ss->prev = NULL;
     ss->free_mask = HAK_SS_ALL_FREE;
-    if (ss->purged) ss->dirty_mask = 0;   /* fresh or madvised pages (the header's first page stays) */
+    if (ss->purged) ss->dirty_mask = ss->idle_mask = 0;   /* fresh or madvised pages (the header's first page stays) */
     ss->purged = 0;
     hak_ss_clear_tags(ss);
     memset(ss->slab_head, 0, sizeof ss->slab_head);
@@ -112,20 +112,10 @@ struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
     return ss;
 }
 
-void hak_ss_release(struct hak_superslab *ss) {
-    ss->owner = NULL;
-    size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
-    hak_spin_lock(&pool.lock);
-    pool.st.live--;
-    if (pool.nready < keep) {
-        ss->next = pool.ready;
-        pool.ready = ss;
-        pool.nready++;
-        hak_spin_unlock(&pool.lock);
-        return;
-    }
-    /* Past the cache: keep the address range (reuse costs no mmap), give the
-     * pages back. Past eight times the cache, unmap it for good. */
+/* Called with pool.lock held, which it releases: keeps the address range
+ * of an empty SuperSlab (reuse costs no mmap) and gives its pages back;
+ * past eight times the cache, unmaps it for good. */
+static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
     int unmap = pool.npurged >= 8 * (keep ? keep : 1);
     if (unmap) pool.st.unmapped++; else pool.st.purged++;
     hak_spin_unlock(&pool.lock);
@@ -145,6 +135,44 @@ void hak_ss_release(struct hak_superslab *ss) {
     pool.purged = ss;
     pool.npurged++;
     hak_spin_unlock(&pool.lock);
+}
+
+void hak_ss_release(struct hak_superslab *ss) {
+    ss->owner = NULL;
+    ss->released_ms = hak_os_clock_ms();
+    size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
+    hak_spin_lock(&pool.lock);
+    pool.st.live--;
+    if (pool.nready < keep) {
+        ss->next = pool.ready;
+        pool.ready = ss;
+        pool.nready++;
+        hak_spin_unlock(&pool.lock);
+        return;
+    }
+    pool_purge_unlock(ss, keep);
+}
+
+unsigned hak_ss_pool_decay(uint32_t now_ms, uint32_t period_ms, unsigned budget) {
+    unsigned done = 0;
+    size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
+    while (done < budget) {
+        hak_spin_lock(&pool.lock);
+        struct hak_superslab **link = &pool.ready;
+        while (*link && (int32_t)(now_ms - (*link)->released_ms) < (int32_t)period_ms)
+            link = &(*link)->next;
+        struct hak_superslab *ss = *link;
+        if (!ss) {
+            hak_spin_unlock(&pool.lock);
+            break;
+        }
+        *link = ss->next;
+        pool.nready--;
+        pool.st.decayed++;
+        pool_purge_unlock(ss, keep);
+        done++;
+    }
+    return done;
 }
 
 unsigned hak_ss_per_slab(size_t bs) {
@@ -193,6 +221,7 @@ struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned
     uint32_t want = run_bits(n);
     ss->free_mask &= ~(want << i);
     ss->dirty_mask |= want << i;
+    ss->idle_mask &= ~(want << i);
     struct hak_slab *s = &ss->slabs[i];
     uint32_t bs = hak_class_size[cls];
     s->free = NULL;
@@ -226,6 +255,28 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     }
     s->nslabs = 0;
     ss->free_mask |= run_bits(n) << i;
+}
+
+unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget) {
+    if ((int32_t)(now_ms - ss->idle_ms) < (int32_t)period_ms) return 0;
+    uint32_t stale = ss->idle_mask & ss->free_mask & ss->dirty_mask;
+    /* one call covers a whole stretch of free slabs that holds stale ones:
+     * the clean slabs beside them cost the kernel nothing */
+    uint32_t span = stale | (ss->free_mask & ~ss->dirty_mask);
+    unsigned calls = 0;
+    while (stale && calls < budget) {
+        unsigned i = (unsigned)__builtin_ctz(stale);
+        while (i > 1 && (span >> (i - 1) & 1)) i--;
+        unsigned n = (unsigned)__builtin_ctz(~(span >> i));
+        hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
+        uint32_t bits = run_bits(n) << i;
+        ss->dirty_mask &= ~bits;
+        stale &= ~bits;
+        calls++;
+    }
+    ss->idle_mask = ss->free_mask & ss->dirty_mask;
+    ss->idle_ms = now_ms;
+    return calls;
 }
 
 size_t hak_ss_pool_release_all(void) {

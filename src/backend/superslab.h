@@ -51,6 +51,9 @@ struct hak_superslab {
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
     uint32_t free_mask;      /* bit i set: slab i free */
     uint32_t dirty_mask;     /* bit i set: slab i was in a run since the pages were last purged */
+    uint32_t idle_mask;      /* free and dirty at its last decay tick, in no run since */
+    uint32_t idle_ms;        /* when that tick was (hak_os_clock_ms) */
+    uint32_t released_ms;    /* when it went back to the pool (decay of ready SuperSlabs) */
     uint32_t purged;         /* pages given back while in the global pool */
     uint32_t index;          /* dense index: chunk map entry hak_ss_entry_of(index) */
     uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
@@ -129,6 +132,17 @@ struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned pos, unsign
 struct hak_slab *hak_ss_run_alloc(struct hak_superslab *ss, unsigned n, unsigned cls);
 void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
 
+/* Purge on a clock (owner thread): once at least period_ms after its last
+ * tick, gives back the pages of the slabs that were free and dirty then and
+ * have been in no run since, with at most `budget` madvise calls; the slabs
+ * free and dirty now become the next tick's candidates. The tick time is
+ * the SuperSlab's own, so it carries over from owner to owner. Returns the
+ * calls made. */
+unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget);
+/* Purges pool SuperSlabs kept ready for at least period_ms (at most budget
+ * of them); returns how many. */
+unsigned hak_ss_pool_decay(uint32_t now_ms, uint32_t period_ms, unsigned budget);
+
 void hak_ss_pool_init(void);
 /* Unmaps every empty SuperSlab the pool holds; returns how many. Used when
  * the OS refuses more memory. */
@@ -137,7 +151,7 @@ void hak_ss_fork_prepare(void);
 void hak_ss_fork_parent(void);
 void hak_ss_fork_child(void);
 
-struct hak_ss_pool_stats { size_t mapped, reused, cached, purged, unmapped, live; };
+struct hak_ss_pool_stats { size_t mapped, reused, cached, purged, unmapped, live, decayed; };
 void hak_ss_pool_stats(struct hak_ss_pool_stats *out);
 
 #endif

@@ -35,6 +35,8 @@ HAK_EXPORT void hak_print_stats(void) {
             "hits are not counted (that would cost on the hit path)\n",
             (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
             (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
+    hak_log("hakmem: refills from a larger class's runs (instead of a new run): %llu blocks\n",
+            (unsigned long long)s->borrowed_blocks);
     hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
             (unsigned long long)s->remote_blocks, (unsigned long long)s->remote_pushes,
             (unsigned long long)s->inbox_drains, (unsigned long long)s->inbox_blocks);
@@ -43,6 +45,8 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->runs_made, (unsigned long long)s->runs_freed,
             (unsigned long long)s->ss_acquired, (unsigned long long)s->ss_released,
             ss.mapped, ss.reused, ss.purged, ss.unmapped, ss.cached, ss.live, ss.live * 2);
+    hak_log("hakmem: decay: ticks %llu, pages given back %llu times (%zu of them whole ready SuperSlabs)\n",
+            (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges, ss.decayed);
     hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)

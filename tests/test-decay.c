@@ -1,0 +1,131 @@
+/* Purge on a clock (HAKMEM_DECAY_MS): memory that stays free for a decay
+ * period goes back to the OS, without the program doing anything but keep
+ * allocating; with the option at 0 it stays resident (cached for reuse).
+ * Each case runs in a fresh process with the option set in its
+ * environment, which the allocator reads once, at start-up. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+enum { NBLOCKS = 128, BLOCK = 32 * 1024 };   /* 4 MiB: two or three SuperSlabs */
+static void *blocks[NBLOCKS];
+
+/* A thread that fills 4 MiB and frees it all before it exits: its heap's
+ * SuperSlabs end up empty, in the pool of ready ones. */
+static void *
+fill_and_free (void *arg)
+{
+  (void) arg;
+  for (size_t i = 0; i < NBLOCKS; i++)
+    {
+      blocks[i] = T (malloc) (BLOCK);
+      g_assert_nonnull (blocks[i]);
+      memset (blocks[i], 0x3C, BLOCK);
+    }
+  for (size_t i = 0; i < NBLOCKS; i++)
+    T (free) (blocks[i]);
+  return NULL;
+}
+
+/* Resident pages among those the thread's blocks covered; addresses no
+ * longer mapped count as not resident. Nothing is read from them. */
+static size_t
+resident_pages (size_t *total)
+{
+  const size_t page = (size_t) sysconf (_SC_PAGESIZE);
+  unsigned char vec[BLOCK / 4096 + 1];
+  size_t resident = 0;
+  *total = 0;
+  for (size_t i = 0; i < NBLOCKS; i++)
+    {
+      uintptr_t start = (uintptr_t) blocks[i] & ~(uintptr_t) (page - 1);
+      size_t pages = ((uintptr_t) blocks[i] + BLOCK - start + page - 1) / page;
+      g_assert_cmpuint (pages, <=, sizeof vec);
+      *total += pages;
+      if (mincore ((void *) start, pages * page, vec) != 0)
+        continue;
+      for (size_t k = 0; k < pages; k++)
+        resident += vec[k] & 1;
+    }
+  return resident;
+}
+
+/* Small allocations the main thread's runs already serve, more at once
+ * than its cache holds, so that it misses (refills, then flushes): a heap
+ * looks at the clock on its misses, never on a hit. */
+static void
+keep_allocating (void)
+{
+  void *p[1024];   /* 176 KiB of one 176-byte class; a bin holds 32 KiB */
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    {
+      p[k] = T (malloc) (176);
+      g_assert_nonnull (p[k]);
+    }
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    T (free) (p[k]);
+}
+
+/* Runs the thread, then keeps allocating for up to `patience_ms`; returns
+ * the resident pages left at the end (or as soon as there are none). */
+static size_t
+run_case (unsigned patience_ms, size_t *total)
+{
+  keep_allocating ();   /* the main thread's runs exist before the thread's memory is freed */
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, fill_and_free, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t resident = resident_pages (total);
+  g_assert_cmpuint (resident, >, 0);   /* written, freed, still cached */
+  gint64 deadline = g_get_monotonic_time () + (gint64) patience_ms * 1000;
+  while (g_get_monotonic_time () < deadline)
+    {
+      g_usleep (2000);
+      keep_allocating ();
+      if ((resident = resident_pages (total)) == 0)
+        break;
+    }
+  return resident;
+}
+
+static void
+test_freed_memory_returned (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  size_t total, resident = run_case (10000, &total);
+  if (resident)
+    g_error ("%zu of %zu pages freed 10 s ago are still resident with HAKMEM_DECAY_MS=10",
+             resident, total);
+}
+
+static void
+test_decay_off_keeps_cache (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_DECAY_MS", "0", TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  size_t total, resident = run_case (200, &total);
+  /* the emptied SuperSlabs wait in the ready pool (HAKMEM_SS_CACHE) */
+  if (resident < total / 2)
+    g_error ("only %zu of %zu freed pages resident with HAKMEM_DECAY_MS=0", resident, total);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/decay/freed-memory-returned", test_freed_memory_returned);
+  g_test_add_func ("/decay/off-keeps-cache", test_decay_off_keeps_cache);
+  return g_test_run ();
+}
