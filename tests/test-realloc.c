@@ -224,6 +224,37 @@ test_grow_amortized (void)
   g_assert_cmpuint (moves, <=, 60);
 }
 
+/* A vector that doubles its capacity sizes its own steps: each realloc
+ * gets a block of the size asked (powers of two are classes), not the
+ * eighth of slack small steps get, which would only be copied along and
+ * kept resident. A fresh process, so that no free block of a larger class
+ * is there to stand in. */
+static void
+test_doubling_no_slack (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  size_t cap = 1024;
+  unsigned char *v = T (malloc) (cap);
+  g_assert_nonnull (v);
+  ht_fill (v, cap, 7);
+  for (cap = 2048; cap <= 256 * HT_KiB; cap *= 2)
+    {
+      v = T (realloc) (v, cap);
+      g_assert_nonnull (v);
+      ht_assert_pattern (v, cap / 2, 7);
+      size_t us = T (malloc_usable_size) (v);
+      if (us != cap)
+        g_error ("realloc to %zu (doubling): usable size %zu", cap, us);
+      ht_fill (v, cap, 7);
+    }
+  T (free) (v);
+}
+
 /* Several growing buffers interleaved, as in a program building many
  * strings at once. */
 static void
@@ -278,6 +309,7 @@ main (int argc, char **argv)
   g_test_add_func ("/realloc/grow-by-one", test_grow_by_one);
   g_test_add_func ("/realloc/grow-amortized", test_grow_amortized);
   g_test_add_func ("/realloc/interleaved-buffers", test_interleaved_buffers);
+  g_test_add_func ("/realloc/doubling-no-slack", test_doubling_no_slack);
 
   return g_test_run ();
 }
