@@ -181,14 +181,20 @@ unsigned hak_ss_per_slab(size_t bs) {
 
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
     size_t bs = hak_class_size[cls];
-    /* runs of at least 16 blocks keep run turnover (and its metadata work)
-     * rare for mid sizes; pages are touched only as blocks are carved.
-     * A heap's first runs of a class are smaller (4, then 8 blocks): a
-     * thread that allocates a few blocks of a class then reserves a slab or
-     * two, not eight or sixteen, which other threads' runs would then touch
-     * elsewhere. Classes laid over their run (above 64 KiB) keep one size,
-     * which their block-start check (hak_class_run_check) assumes. */
-    size_t blocks = bs <= HAK_SLAB_SIZE ? (size_t)4 << level : 16;   /* level < HAK_RUN_LEVELS */
+    /* runs of 16 blocks keep run turnover (and its metadata work) rare;
+     * pages are touched only as blocks are carved. A heap's first runs of
+     * a class are smaller (4, then 8 blocks): a thread that allocates a few
+     * blocks of a class then reserves a slab or two, not eight or sixteen,
+     * which other threads' runs would then touch elsewhere. Blocks of
+     * HAK_RUN_SMALL_FROM bytes and more stay at 4 a run (at least 64 KiB,
+     * so turnover is still rare per byte): a run goes back to its
+     * SuperSlab, for any class, only once all its blocks are free, and when
+     * a program frees 90% of its blocks at random that happens to 66% of
+     * 4-block runs but 18% of 16-block ones (fragment: 238 -> 215 MiB,
+     * docs/PERFORMANCE.md). Classes laid over their run (above 64 KiB) keep
+     * one size, which their block-start check (hak_class_run_check)
+     * assumes. */
+    size_t blocks = bs >= HAK_RUN_SMALL_FROM ? 4 : (size_t)4 << level;   /* level < HAK_RUN_LEVELS */
     size_t n = bs <= HAK_SLAB_SIZE ? (blocks + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
                                    : (blocks * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
