@@ -89,16 +89,24 @@ run_case (unsigned patience_ms, size_t *total)
   return resident;
 }
 
+/* TRUE in the fresh process that runs the test with HAKMEM_DECAY_MS=ms;
+ * in the parent, starts it, checks that it passed and returns FALSE. */
+static gboolean
+in_process_with_decay (const char *ms)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  g_setenv ("HAKMEM_DECAY_MS", ms, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
 static void
 test_freed_memory_returned (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
-      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-      g_test_trap_assert_passed ();
-      return;
-    }
+  if (!in_process_with_decay ("10"))
+    return;
   size_t total, resident = run_case (10000, &total);
   if (resident)
     g_error ("%zu of %zu pages freed 10 s ago are still resident with HAKMEM_DECAY_MS=10",
@@ -108,13 +116,8 @@ test_freed_memory_returned (void)
 static void
 test_decay_off_keeps_cache (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_setenv ("HAKMEM_DECAY_MS", "0", TRUE);
-      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-      g_test_trap_assert_passed ();
-      return;
-    }
+  if (!in_process_with_decay ("0"))
+    return;
   size_t total, resident = run_case (200, &total);
   /* the emptied SuperSlabs wait in the ready pool (HAKMEM_SS_CACHE) */
   if (resident < total / 2)
