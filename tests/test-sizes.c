@@ -247,6 +247,62 @@ test_larger_class_stands_in (void)
   g_free (small);
 }
 
+/* A double free of a block that a smaller class took over while it was
+ * free (so it sits in that class's bin) is still caught and ignored: no
+ * block is ever handed out twice. Fresh process, HAKMEM_ON_ERROR=warn. */
+static void
+test_stand_in_double_free (void)
+{
+  enum { N = 4096 };
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_ON_ERROR", "warn", TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_unsetenv ("HAKMEM_ON_ERROR");
+      g_test_trap_assert_passed ();
+      g_test_trap_assert_stderr ("*double free*");
+      return;
+    }
+  void **big = g_new0 (void *, N);
+  void **small = g_new0 (void *, N / 8);
+  void **more = g_new0 (void *, 2 * N);
+  GHashTable *live = g_hash_table_new (NULL, NULL);
+  for (size_t i = 0; i < N; i++)
+    big[i] = T (malloc) (96);
+  for (size_t i = 0; i < N; i += 2)
+    T (free) (big[i]);
+  for (size_t i = 0; i < N / 8; i++)   /* some take free 96-byte blocks */
+    {
+      small[i] = T (malloc) (80);
+      g_hash_table_add (live, small[i]);
+    }
+  size_t doubles = 0;
+  for (size_t i = 0; i < N; i += 2)    /* free again: those still free */
+    if (!g_hash_table_contains (live, big[i]))
+      {
+        T (free) (big[i]);
+        doubles++;
+      }
+  g_assert_cmpuint (doubles, >, 0);
+  for (size_t i = 1; i < N; i += 2)
+    g_assert_true (g_hash_table_add (live, big[i]));
+  for (size_t i = 0; i < 2 * N; i++)
+    {
+      more[i] = T (malloc) (i & 1 ? 96 : 80);
+      if (!g_hash_table_add (live, more[i]))
+        g_error ("%p handed out twice after the double frees", more[i]);
+    }
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init (&it, live);
+  while (g_hash_table_iter_next (&it, &key, NULL))
+    T (free) (key);
+  g_hash_table_destroy (live);
+  g_free (big);
+  g_free (small);
+  g_free (more);
+}
+
 static void
 test_large_sizes (void)
 {
@@ -321,6 +377,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/class-boundaries", test_class_boundaries);
   g_test_add_func ("/sizes/usable-bound", test_usable_bound);
   g_test_add_func ("/sizes/larger-class-stands-in", test_larger_class_stands_in);
+  g_test_add_func ("/sizes/stand-in-double-free", test_stand_in_double_free);
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
 

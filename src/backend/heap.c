@@ -206,20 +206,11 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
     return got;
 }
 
-/* Blocks of class `big` may stand in for blocks of cls: at most twice the
- * size, and aligned at least as well (a class's blocks are aligned to the
- * largest power of two dividing its size, up to a slab, which is what
- * memalign relies on; see alloc_aligned in core/api.c). */
-static int can_stand_in(unsigned big, unsigned cls) {
-    uint32_t want = hak_class_size[cls], have = hak_class_size[big];
-    uint32_t align = want & -want;
-    return have <= 2 * want && (have & (align - 1)) == 0;
-}
-
 /* Before a new run is made for cls (new pages to fault in), free blocks of
  * a larger class that are already resident are used instead: a block
  * handed out this way is freed to its own class (its slab's tag says
- * which), so nothing else needs to know. Without it, a class whose count
+ * which); only the double-free check needs to know (it looks in the bins
+ * of the classes a block can stand in for: safety/badfree.c). Without it, a class whose count
  * of live blocks drifts up (random sizes) or a phase that moves to larger
  * sizes faults in new runs while its neighbours' runs sit half empty:
  * random_mixed's peak RSS 8.8 -> 7.7 MiB, realloc_grow's 79 -> 63 MiB
@@ -227,7 +218,7 @@ static int can_stand_in(unsigned big, unsigned cls) {
 static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++) {
         struct hak_slab *s = h->partial[big];
-        if (!s || !s->nfree || !can_stand_in(big, cls)) continue;
+        if (!s || !s->nfree || !hak_class_stands_in(big, cls)) continue;
         unsigned got = take_free(s, bin, want);
         s->used += got;
         if (!s->nfree && s->carved == s->capacity) {

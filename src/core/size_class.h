@@ -70,6 +70,17 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
     return hak_mid_bin_offset[(n - 1) >> HAK_MID_GRANULE_SHIFT];
 }
 
+/* 1 when free blocks of class `big` may be handed out for class cls (see
+ * refill_from_larger in backend/heap.c): at most twice the size, and
+ * aligned at least as well (a class's blocks are aligned to the largest
+ * power of two dividing its size, up to a slab, which memalign relies on;
+ * see alloc_aligned in core/api.c). */
+static inline int hak_class_stands_in(unsigned big, unsigned cls) {
+    uint32_t want = hak_class_size[cls], have = hak_class_size[big];
+    uint32_t align = want & -want;
+    return big > cls && have <= 2 * want && (have & (align - 1)) == 0;
+}
+
 /* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
 static inline unsigned hak_class_of(size_t n) {
     if (n == 0) return HAK_CLASS_FIRST;

@@ -24,12 +24,20 @@ void hak_report_bad(const char *op, const void *p, const char *reason) {
     if (mode == 0) abort();
 }
 
+static int bin_holds(const struct hak_bin *b, const void *p) {
+    unsigned n = 0;
+    for (void *q = b->head; q && n <= b->max; q = hak_link_get(q), n++)
+        if (q == p) return 1;
+    return 0;
+}
+
 int hak_small_is_free(void *p, unsigned cls) {
     struct hak_tls *t = &hak_tls;
     if (t->state != 1) return 0;
-    unsigned n = 0;
-    for (void *q = t->bins[cls].head; q && n <= t->bins[cls].max; q = hak_link_get(q), n++)
-        if (q == p) return 1;
+    /* its own class's bin, or that of a smaller class it was handed to
+     * while free (backend/heap.c, refill_from_larger) */
+    for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
+        if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
     return hak_heap_holds_free(t->heap, p);
 }
 

@@ -57,7 +57,8 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
  * only when the process goes on; the call must then have no effect. */
 void hak_report_bad(const char *op, const void *p, const char *reason);
 /* A small block whose free mark is set: 1 if it really is free already
- * (found in the caller's bin, its run's free list or its heap's inbox). */
+ * (found in one of the caller's bins it can be in, its run's free list or
+ * its heap's inbox). */
 int hak_small_is_free(void *p, unsigned cls);
 /* 1 when a pointer hakmem does not own looks like a C-library block (so it
  * can be handed on); 0 for stack, static, misaligned or unreadable ones. */
