@@ -650,6 +650,12 @@ test_exited_heaps_adopted (void)
         }
       while (g_atomic_int_get (&done) < CHAINS)
         g_usleep (1000);
+      /* the last threads are still exiting: hakmem's thread-exit key was
+       * made before chain_key, so its destructor (the flush) has run by
+       * the time chain_thread_gone counts a thread gone, and the stats
+       * below read no heap a thread is still flushing */
+      while (g_atomic_int_get (&chain_alive) > 0)
+        g_usleep (1000);
       for (int i = 0; i < CHAINS; i++)
         for (int k = 0; k < CHAIN_SURVIVORS; k++)
           if (c[i].survivors[k])
