@@ -170,6 +170,15 @@ static void abandoned_return(struct hak_heap *h);
  * so the cost stays a few calls per period whatever the heap's size. */
 #define HAK_DECAY_CALLS 4u
 
+/* Purges the idle slabs of h's SuperSlabs (the caller owns h) with at
+ * most `budget` calls; returns the calls made. */
+static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t period, unsigned budget) {
+    unsigned calls = 0;
+    for (struct hak_superslab *ss = h->ss_list; ss && calls < budget; ss = ss->next)
+        calls += hak_ss_purge_idle(ss, now, period, budget - calls);
+    return calls;
+}
+
 static void heap_decay(struct hak_heap *h) {
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     if (!period) return;
@@ -177,18 +186,16 @@ static void heap_decay(struct hak_heap *h) {
     if ((int32_t)(now - h->decay_at) < 0) return;
     h->decay_at = now + period;
     h->st.decay_ticks++;
-    unsigned budget = HAK_DECAY_CALLS;
-    for (struct hak_superslab *ss = h->ss_list; ss && budget; ss = ss->next)
-        budget -= hak_ss_purge_idle(ss, now, period, budget);
-    if (budget) budget -= hak_ss_pool_decay(now, period, budget);
+    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS);
+    if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;
-    if (budget && __atomic_load_n(&heaps.abandoned, __ATOMIC_RELAXED) && (idle = abandoned_take())) {
+    if (calls < HAK_DECAY_CALLS && __atomic_load_n(&heaps.abandoned, __ATOMIC_RELAXED) &&
+        (idle = abandoned_take())) {
         scavenge_one(idle);
-        for (struct hak_superslab *ss = idle->ss_list; ss && budget; ss = ss->next)
-            budget -= hak_ss_purge_idle(ss, now, period, budget);
+        calls += heap_purge_idle(idle, now, period, HAK_DECAY_CALLS - calls);
         abandoned_return(idle);
     }
-    h->st.decay_purges += HAK_DECAY_CALLS - budget;
+    h->st.decay_purges += calls;
 }
 
 /* ---- refill / flush / remote ------------------------------------------- */
