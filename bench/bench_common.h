@@ -81,8 +81,24 @@ static inline size_t bench_rng_range(bench_rng *r, size_t lo, size_t hi)
 }
 
 /* ---- memory figures ------------------------------------------------------ */
+/* Peak resident set of this program: VmHWM from /proc/self/status, which
+ * starts afresh at exec. getrusage's ru_maxrss does not: Linux carries it
+ * across execve, so a program started by a large parent (a Python runner)
+ * reported the parent's RSS as its own peak. ru_maxrss only as a fallback. */
 static inline long bench_peak_rss_kb(void)
 {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = '\0';
+            const char *hwm = strstr(buf, "VmHWM:");
+            if (hwm)
+                return strtol(hwm + 6, NULL, 10);
+        }
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return -1;
