@@ -256,4 +256,27 @@ ht_rss_bytes (void)
   return (size_t) resident * (size_t) sysconf (_SC_PAGESIZE);
 }
 
+/* The line of hak_print_stats() (which writes to stderr) that starts with
+ * `prefix`, copied into line[n]; fails the test when there is none. */
+static inline void
+ht_stats_line (const char *prefix, char *line, size_t n)
+{
+  FILE *f = tmpfile ();
+  g_assert_nonnull (f);
+  fflush (stderr);
+  int saved = dup (2);
+  g_assert_cmpint (dup2 (fileno (f), 2), ==, 2);
+  hak_print_stats ();
+  fflush (stderr);
+  dup2 (saved, 2);
+  close (saved);
+  rewind (f);
+  gboolean found = FALSE;
+  while (!found && fgets (line, (int) n, f))
+    found = strncmp (line, prefix, strlen (prefix)) == 0;
+  fclose (f);
+  if (!found)
+    g_error ("hak_print_stats() printed no line starting with \"%s\"", prefix);
+}
+
 #endif

@@ -28,6 +28,7 @@ struct hak_heap {
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     unsigned ss_count;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
+    uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *next_abandoned;
     struct hak_heap_stats st;
