@@ -723,6 +723,78 @@ test_successor_reuses_runs (void)
   g_test_trap_assert_passed ();
 }
 
+/* SuperSlabs heaps have taken from the pool so far, as hak_print_stats()
+ * reports them. */
+static unsigned long long
+stats_superslabs_acquired (void)
+{
+  char line[512];
+  unsigned long long made, freed, acquired, released, mapped = 0;
+  ht_stats_line ("hakmem: superslab:", line, sizeof line);
+  g_assert_cmpint (sscanf (line, "hakmem: superslab: runs made %llu freed %llu; superslabs "
+                           "acquired %llu released %llu; pool: mapped %llu",
+                           &made, &freed, &acquired, &released, &mapped), ==, 5);
+  return acquired;
+}
+
+/* A thread that leaves half of its blocks to the main thread and exits:
+ * the free half sits in its heap's runs. When no thread has adopted that
+ * heap for a decay period, a heap that needs memory takes those runs over
+ * instead of mapping more (before, only a thread adopting the heap could
+ * ever use that free half). */
+enum { LEFT_BLOCKS = 16384, LEFT_SIZE = 1024 };   /* 16 MiB, half of it left live */
+static void *left_blocks[LEFT_BLOCKS];
+
+static void *
+leave_half (void *arg)
+{
+  for (int i = 0; i < LEFT_BLOCKS; i++)
+    {
+      left_blocks[i] = T (malloc) (LEFT_SIZE);
+      g_assert_nonnull (left_blocks[i]);
+      memset (left_blocks[i], 0x5A, LEFT_SIZE);
+    }
+  for (int i = 0; i < LEFT_BLOCKS; i += 2)
+    T (free) (left_blocks[i]);
+  return arg;
+}
+
+static void
+test_exited_heap_memory_reused (void)
+{
+  if (g_test_subprocess ())
+    {
+      join (spawn (leave_half, NULL));
+      g_usleep (50 * 1000);   /* five decay periods: nobody adopted the heap */
+      unsigned long long before = stats_superslabs_acquired ();
+      static void *mine[LEFT_BLOCKS / 2];
+      for (int i = 0; i < LEFT_BLOCKS / 2; i++)
+        {
+          mine[i] = T (malloc) (LEFT_SIZE);
+          g_assert_nonnull (mine[i]);
+          memset (mine[i], 0x3C, LEFT_SIZE);
+        }
+      unsigned long long after = stats_superslabs_acquired ();
+      g_test_message ("SuperSlabs acquired: %llu before, %llu after", before, after);
+      /* 8 MiB needs four or five more SuperSlabs if nothing is reused */
+      g_assert_cmpuint (after, <=, before + 1);
+      for (int i = 1; i < LEFT_BLOCKS; i += 2)
+        {
+          g_assert_true (ht_all_bytes (left_blocks[i], LEFT_SIZE, 0x5A));
+          T (free) (left_blocks[i]);
+        }
+      for (int i = 0; i < LEFT_BLOCKS / 2; i++)
+        {
+          g_assert_true (ht_all_bytes (mine[i], LEFT_SIZE, 0x3C));
+          T (free) (mine[i]);
+        }
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* Key destructors that run after hakmem's (their keys are newer) allocate
  * and free: the blocks they get must be sound, freeable anywhere later,
  * and no heap may be left behind per thread. */
@@ -813,6 +885,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/exited-heaps-adopted", test_exited_heaps_adopted);
   g_test_add_func ("/threads/late-destructors", test_late_destructors);
   g_test_add_func ("/threads/successor-reuses-runs", test_successor_reuses_runs);
+  g_test_add_func ("/threads/exited-heap-memory-reused", test_exited_heap_memory_reused);
 
   return g_test_run ();
 }

@@ -95,11 +95,10 @@ static void run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak
 }
 
 /* A new run for cls in one of h's SuperSlabs, where it covers the most
- * dirty slabs (see superslab.h), or in a SuperSlab taken from the pool. */
-static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
+ * dirty slabs (see superslab.h); NULL when none has room. */
+static struct hak_slab *run_in_own(struct hak_heap *h, unsigned cls) {
     struct hak_superslab *best = NULL;
     unsigned best_pos = 0, best_dirty = 0, n = hak_ss_run_slabs(cls, h->run_level[cls]);
-    if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
     for (struct hak_superslab *ss = h->ss_list; ss; ss = ss->next) {
         if (!ss->free_mask) continue;
         unsigned dirty, pos = hak_ss_run_fit(ss, n, &dirty);
@@ -110,10 +109,14 @@ static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
             if (dirty == n) break;
         }
     }
-    if (best) {
-        h->st.runs_made++;
-        return hak_ss_run_place(best, best_pos, n, cls);
-    }
+    if (!best) return NULL;
+    if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
+    h->st.runs_made++;
+    return hak_ss_run_place(best, best_pos, n, cls);
+}
+
+/* A new run for cls in a SuperSlab taken from the pool. */
+static struct hak_slab *run_in_new_ss(struct hak_heap *h, unsigned cls) {
     /* before taking more memory, collect what exited threads' heaps were
      * sent back (cheap when there is none: one relaxed load) */
     if (__atomic_load_n(&heaps.abandoned, __ATOMIC_RELAXED))
@@ -127,6 +130,8 @@ static struct hak_slab *run_new(struct hak_heap *h, unsigned cls) {
     h->ss_list = ss;
     h->ss_count++;
     h->st.runs_made++;
+    unsigned n = hak_ss_run_slabs(cls, h->run_level[cls]);
+    if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
     return hak_ss_run_alloc(ss, n, cls);
 }
 
@@ -246,6 +251,57 @@ static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
     return got;
 }
 
+/* Moves SuperSlab ss, with its runs, from heap `from` to heap `to`; the
+ * caller owns both. Blocks other threads free meanwhile may still reach
+ * from's inbox: its drain forwards them. */
+static void ss_move(struct hak_heap *from, struct hak_heap *to, struct hak_superslab *ss) {
+    for (unsigned i = 1; i < HAK_SLABS_PER_SS; i++) {
+        struct hak_slab *s = &ss->slabs[i];
+        if (s->state == HAK_SLAB_CURRENT) {
+            from->current[s->cls] = NULL;
+            partial_push(to, s);
+        } else if (s->state == HAK_SLAB_PARTIAL) {
+            partial_unlink(from, s);
+            partial_push(to, s);
+        }
+    }
+    ss_unlink(from, ss);
+    ss->prev = NULL;
+    ss->next = to->ss_list;
+    if (ss->next) ss->next->prev = ss;
+    to->ss_list = ss;
+    to->ss_count++;
+    hak_ss_set_owner(ss, to);
+}
+
+/* Before h takes a new SuperSlab from the pool, it takes over those of an
+ * exited thread's heap that no thread adopted for a whole decay period,
+ * with their partly used runs: their free blocks are already resident,
+ * and only a thread adopting that heap could use them otherwise. A heap
+ * abandoned more recently is left alone: a thread about to start adopts
+ * it, runs and all (hak_heap_abandon), and an emptied heap would make that
+ * thread build new runs. The emptied heap stays queued for adoption.
+ * Returns 1 if anything moved. */
+static int absorb_abandoned(struct hak_heap *h) {
+    uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS), now = hak_os_clock_ms();
+    hak_spin_lock(&heaps.lock);
+    size_t n = heaps.nabandoned;
+    hak_spin_unlock(&heaps.lock);
+    for (size_t i = 0; i < n; i++) {
+        struct hak_heap *a = abandoned_take();
+        if (!a) return 0;
+        int moved = 0;
+        if ((int32_t)(now - a->abandoned_ms) >= (int32_t)period) {
+            hak_heap_drain_inbox(a);
+            moved = a->ss_list != NULL;
+            while (a->ss_list) ss_move(a, h, a->ss_list);
+        }
+        abandoned_return(a);
+        if (moved) return 1;
+    }
+    return 0;
+}
+
 unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     heap_decay(h);
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed))
@@ -262,7 +318,11 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
                     h->st.borrowed_blocks += got;
                     return refilled(h, cls, bin, got);
                 }
-                if (!(s = run_new(h, cls))) return 0;
+                if (!(s = run_in_own(h, cls))) {
+                    if (__atomic_load_n(&heaps.abandoned, __ATOMIC_RELAXED) && absorb_abandoned(h))
+                        continue;
+                    if (!(s = run_in_new_ss(h, cls))) return 0;
+                }
             }
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
@@ -326,7 +386,7 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
         void *p = bin->head;
         bin->head = hak_link_get(p);
         bin->room++;
-        struct hak_heap *owner = hak_ss_of(p)->owner;
+        struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
         if (owner == h) { slab_put(h, p); continue; }
         if (owner != chain_owner && chain_first) {
             remote_push(chain_owner, chain_first, chain_last);
@@ -347,7 +407,7 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
 }
 
 void hak_heap_free_remote(void *p) {
-    remote_push(hak_ss_of(p)->owner, p, p);
+    remote_push(hak_ss_owner(hak_ss_of(p)), p, p);
 }
 
 void hak_heap_drain_inbox(struct hak_heap *h) {
@@ -356,7 +416,9 @@ void hak_heap_drain_inbox(struct hak_heap *h) {
     h->st.inbox_drains++;
     while (p) {
         void *next = hak_link_get(p);
-        slab_put(h, p);
+        struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
+        if (HAK_LIKELY(owner == h)) slab_put(h, p);
+        else remote_push(owner, p, p);   /* its SuperSlab moved to another heap (ss_move) */
         h->st.inbox_blocks++;
         p = next;
     }
@@ -364,7 +426,7 @@ void hak_heap_drain_inbox(struct hak_heap *h) {
 
 int hak_heap_holds_free(struct hak_heap *h, const void *p) {
     struct hak_superslab *ss = hak_ss_of(p);
-    if (ss->owner == h) {
+    if (hak_ss_owner(ss) == h) {
         struct hak_slab *s = hak_slab_of(ss, p);
         uint32_t n = 0;
         for (void *q = s->free; q && n < s->nfree; q = hak_link_get(q), n++)

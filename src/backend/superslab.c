@@ -36,7 +36,7 @@ void hak_ss_pool_init(void) { }
 
 static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->magic = HAK_SS_MAGIC;
-    ss->owner = owner;
+    hak_ss_set_owner(ss, owner);
     ss->next = ss->prev = NULL;
     ss->free_mask = HAK_SS_ALL_FREE;
     if (ss->purged) ss->dirty_mask = ss->idle_mask = 0;   /* fresh or madvised pages (the header's first page stays) */
@@ -138,7 +138,7 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
 }
 
 void hak_ss_release(struct hak_superslab *ss) {
-    ss->owner = NULL;
+    hak_ss_set_owner(ss, NULL);
     ss->released_ms = hak_os_clock_ms();
     size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
     hak_spin_lock(&pool.lock);

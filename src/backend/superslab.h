@@ -65,6 +65,16 @@ struct hak_superslab {
 HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
     return (struct hak_superslab *)((uintptr_t)p & ~(uintptr_t)HAK_CHUNK_MASK);
 }
+/* The heap a SuperSlab belongs to. Other threads read it to send blocks
+ * back while a heap that took it over from an exited thread's may be
+ * writing it (backend/heap.c, ss_move): a stale read only sends a block to
+ * the previous owner's inbox, which forwards it. */
+static inline struct hak_heap *hak_ss_owner(const struct hak_superslab *ss) {
+    return __atomic_load_n(&ss->owner, __ATOMIC_RELAXED);
+}
+static inline void hak_ss_set_owner(struct hak_superslab *ss, struct hak_heap *h) {
+    __atomic_store_n(&ss->owner, h, __ATOMIC_RELAXED);
+}
 HAK_INLINE unsigned hak_slab_index(const void *p) {
     return (unsigned)(((uintptr_t)p >> HAK_SLAB_SHIFT) & (HAK_SLABS_PER_SS - 1));
 }
