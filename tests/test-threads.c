@@ -795,6 +795,64 @@ test_exited_heap_memory_reused (void)
   g_test_trap_assert_passed ();
 }
 
+/* The main thread sets blocks up and waits while a worker frees them and
+ * allocates as many: once the main thread has had no miss for a decay
+ * period, the worker borrows the free blocks of its runs (which the main
+ * thread, not allocating, never collects from its inbox) instead of
+ * carving new runs. */
+enum { SETUP_BLOCKS = 8192, SETUP_SIZE = 512 };   /* 4 MiB */
+static void *setup_blocks[SETUP_BLOCKS];
+
+static void *
+replace_setup_blocks (void *arg)
+{
+  for (int i = 0; i < SETUP_BLOCKS; i++)
+    {
+      g_assert_true (ht_all_bytes (setup_blocks[i], SETUP_SIZE, 0x11));
+      T (free) (setup_blocks[i]);
+    }
+  /* the main thread's last miss (starting this thread) is five decay
+   * periods old by now */
+  g_usleep (50 * 1000);
+  unsigned long long before = stats_superslabs_acquired ();
+  for (int i = 0; i < SETUP_BLOCKS; i++)
+    {
+      setup_blocks[i] = T (malloc) (SETUP_SIZE);
+      g_assert_nonnull (setup_blocks[i]);
+      memset (setup_blocks[i], 0x22, SETUP_SIZE);
+    }
+  *(unsigned long long *) arg = stats_superslabs_acquired () - before;
+  return NULL;
+}
+
+static void
+test_idle_owner_memory_reused (void)
+{
+  if (g_test_subprocess ())
+    {
+      for (int i = 0; i < SETUP_BLOCKS; i++)
+        {
+          setup_blocks[i] = T (malloc) (SETUP_SIZE);
+          g_assert_nonnull (setup_blocks[i]);
+          memset (setup_blocks[i], 0x11, SETUP_SIZE);
+        }
+      unsigned long long acquired = 0;
+      join (spawn (replace_setup_blocks, &acquired));
+      g_test_message ("the worker took %llu SuperSlabs for 4 MiB", acquired);
+      /* two or three when it carved its own */
+      g_assert_cmpuint (acquired, <=, 1);
+      for (int i = 0; i < SETUP_BLOCKS; i++)
+        {
+          g_assert_true (ht_all_bytes (setup_blocks[i], SETUP_SIZE, 0x22));
+          T (free) (setup_blocks[i]);
+        }
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* Key destructors that run after hakmem's (their keys are newer) allocate
  * and free: the blocks they get must be sound, freeable anywhere later,
  * and no heap may be left behind per thread. */
@@ -886,6 +944,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/late-destructors", test_late_destructors);
   g_test_add_func ("/threads/successor-reuses-runs", test_successor_reuses_runs);
   g_test_add_func ("/threads/exited-heap-memory-reused", test_exited_heap_memory_reused);
+  g_test_add_func ("/threads/idle-owner-memory-reused", test_idle_owner_memory_reused);
 
   return g_test_run ();
 }

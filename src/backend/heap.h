@@ -15,13 +15,22 @@ struct hak_heap_stats {
     uint64_t flushes, flushed_blocks;
     uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
-    uint64_t decay_ticks, decay_purges, borrowed_blocks;
+    uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
     uint64_t class_refills[HAK_NCLASS];
 };
 
 struct hak_heap {
     _Atomic(void *) inbox;            /* remote frees, any thread pushes */
     char pad_inbox[56];               /* keep it off the owner's hot line */
+    /* Held by whoever works on the heap's runs and lists: its owner on
+     * every miss (never on a hit), another thread that borrows free blocks
+     * from it, or the thread that drains an abandoned heap. A thread that
+     * holds its own heap's lock only ever try-locks another heap's. */
+    hak_spinlock_t lock;
+    /* Classes whose runs got free blocks back from other threads (its
+     * inbox) since a borrower last found none there: a hint for borrow()
+     * in backend/heap.c, read without the lock. */
+    _Atomic uint64_t lendable[(HAK_NCLASS + 63) / 64];
     struct hak_slab *current[HAK_NCLASS];
     struct hak_slab *partial[HAK_NCLASS];
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
@@ -29,6 +38,7 @@ struct hak_heap {
     unsigned ss_count;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
+    _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *next_abandoned;
     struct hak_heap_stats st;
@@ -46,19 +56,16 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
 /* Returns the first n blocks of the bin to their runs (own ones directly,
  * other heaps' through their inboxes, one CAS per batch). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);
-void hak_heap_drain_inbox(struct hak_heap *h);
 /* Sends one block (already marked free) to its owner's inbox: the free of
  * a thread whose heap is gone (see free_small in core/api.c). */
 void hak_heap_free_remote(void *p);
 /* 1 if p (a block of one of h's runs, or of another heap's) is on h's
  * lists: its run's free list (when h owns the run) or h's inbox. Slow. */
 int hak_heap_holds_free(struct hak_heap *h, const void *p);
-/* Drains and trims every abandoned heap (exited threads' memory). */
-void hak_heap_scavenge_abandoned(void);
 
 /* Bytes of h's runs not on a run free list: in use by the program or
- * waiting in thread caches. A snapshot for stats (reads racily). */
-size_t hak_heap_bytes_out(const struct hak_heap *h);
+ * waiting in thread caches. A snapshot for stats. */
+size_t hak_heap_bytes_out(struct hak_heap *h);
 
 /* Visits every heap ever made (stats). */
 void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg);

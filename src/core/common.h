@@ -52,7 +52,7 @@
 static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
- * cache, heap adoption). It never sleeps in the kernel: no futex can come
+ * cache, heap adoption) and for a heap's misses. It never sleeps in the kernel: no futex can come
  * from hakmem. Contention backs off with sched_yield. */
 typedef struct { atomic_int v; } hak_spinlock_t;
 #define HAK_SPINLOCK_INIT { 0 }
@@ -61,6 +61,11 @@ static inline void hak_spin_lock(hak_spinlock_t *l) {
     if (HAK_LIKELY(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0))
         return;
     hak_spin_lock_slow(l);
+}
+/* 1 if it took the lock; 0, at once, if someone holds it. */
+static inline int hak_spin_trylock(hak_spinlock_t *l) {
+    return atomic_load_explicit(&l->v, memory_order_relaxed) == 0 &&
+           atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0;
 }
 static inline void hak_spin_unlock(hak_spinlock_t *l) {
     atomic_store_explicit(&l->v, 0, memory_order_release);

@@ -35,8 +35,9 @@ HAK_EXPORT void hak_print_stats(void) {
             "hits are not counted (that would cost on the hit path)\n",
             (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
             (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
-    hak_log("hakmem: refills from a larger class's runs (instead of a new run): %llu blocks\n",
-            (unsigned long long)s->borrowed_blocks);
+    hak_log("hakmem: refills from a larger class's runs (instead of a new run): %llu blocks; "
+            "from other heaps' runs: %llu blocks\n",
+            (unsigned long long)s->borrowed_blocks, (unsigned long long)s->borrowed_remote);
     hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
             (unsigned long long)s->remote_blocks, (unsigned long long)s->remote_pushes,
             (unsigned long long)s->inbox_drains, (unsigned long long)s->inbox_blocks);
