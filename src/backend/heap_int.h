@@ -1,0 +1,46 @@
+/* What the heap's three files share, and nothing outside them uses:
+ * heap.c (runs, refill, flush, inboxes), heap_idle.c (memory nobody uses:
+ * exited threads' heaps, purge on a clock) and heap_share.c (blocks and
+ * SuperSlabs that move from one heap to another). */
+#ifndef HAK_HEAP_INT_H
+#define HAK_HEAP_INT_H
+
+#include "backend/heap.h"
+
+/* Every heap ever made, and the queue of abandoned ones (adopted from the
+ * head), under lock. The queue's head is written atomically: refill peeks
+ * at it without the lock (a hint only). */
+struct hak_heap_registry {
+    hak_spinlock_t lock;
+    struct hak_heap *all;
+    struct hak_heap *abandoned, *abandoned_tail;
+    size_t nabandoned;
+};
+HAK_DATA struct hak_heap_registry hak_heaps;
+
+/* heap.c; the caller holds h's lock */
+void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
+void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);
+void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss);
+/* A run with no block out goes back to its SuperSlab; a SuperSlab with no
+ * run goes back to the pool, except the heap's last one when keep_last. */
+void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last);
+/* Puts the blocks other threads sent to h back on its runs (those of
+ * SuperSlabs that moved on go to their new owner); keep_empty: see slab_put. */
+void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);
+/* Free blocks of h's runs of class cls onto the bin (0 if none). */
+unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
+/* Pushes the chain first..last onto owner's inbox: one CAS, any thread. */
+void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last);
+
+/* heap_idle.c */
+void hak_heap_decay(struct hak_heap *h);          /* on h's misses, under its lock */
+void hak_heap_scavenge_abandoned(void);            /* before h takes a new SuperSlab */
+struct hak_heap *hak_heap_abandoned_take_locked(int *busy);
+void hak_heap_abandoned_unlock_return(struct hak_heap *h);
+
+/* heap_share.c; the caller holds h's lock */
+unsigned hak_heap_borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
+int hak_heap_absorb_abandoned(struct hak_heap *h);
+
+#endif
