@@ -371,6 +371,57 @@ test_fork_from_thread (void)
     pthread_join (t[i], NULL);
 }
 
+/* Threads start (and make their heaps) just as the parent forks, and each
+ * child forks in turn: a heap that a new thread added while fork() was
+ * taking every heap's lock, and was working on when the process was
+ * copied, must not reach the child locked, or the child's own fork waits
+ * for it forever (it did, in 36 of 60 such forks, before the fork handler
+ * took heaps added meanwhile too). */
+enum { STARTING_FORKS = 20, STARTING_THREADS = 2 };
+
+static void
+test_fork_while_threads_start (void)
+{
+  pthread_t t[STARTING_FORKS * STARTING_THREADS];
+  int n = 0;
+
+  g_atomic_int_set (&stop_workers, 0);
+  parent_has_threads = TRUE;
+  for (int it = 0; it < STARTING_FORKS; it++)
+    {
+      for (int i = 0; i < STARTING_THREADS; i++, n++)
+        g_assert_cmpint (pthread_create (&t[n], NULL, worker,
+                                         GSIZE_TO_POINTER ((gsize) n + 1000)), ==, 0);
+      fflush (stdout);
+      fflush (stderr);
+      pid_t pid = fork ();
+      if (pid < 0)
+        g_error ("fork: %s", g_strerror (errno));
+      if (pid == 0)
+        {
+          int rc = child_workload ((uint64_t) it + 7);
+          if (rc)
+            _exit (rc);
+          pid_t g = fork ();
+          if (g < 0)
+            _exit (CHILD_GRANDCHILD_FAILED);
+          if (g == 0)
+            _exit (child_workload ((uint64_t) it + 8));
+          int st;
+          if (waitpid (g, &st, 0) != g || !WIFEXITED (st))
+            _exit (CHILD_GRANDCHILD_FAILED);
+          if (WEXITSTATUS (st) != 0
+              && !(WEXITSTATUS (st) == VALGRIND_ERROR_EXIT && on_valgrind ()))
+            _exit (CHILD_GRANDCHILD_FAILED);
+          _exit (CHILD_OK);
+        }
+      wait_child (pid, it);
+    }
+  g_atomic_int_set (&stop_workers, 1);
+  for (int i = 0; i < n; i++)
+    pthread_join (t[i], NULL);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -379,6 +430,7 @@ main (int argc, char **argv)
   g_test_add_func ("/fork/single-threaded", test_fork_single_threaded);
   g_test_add_func ("/fork/with-allocating-threads", test_fork_with_threads);
   g_test_add_func ("/fork/from-thread", test_fork_from_thread);
+  g_test_add_func ("/fork/while-threads-start", test_fork_while_threads_start);
 
   return g_test_run ();
 }

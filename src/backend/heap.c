@@ -377,15 +377,23 @@ void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg) {
 
 /* fork(): every heap's lock, then the list's, so that the child inherits
  * no heap in the middle of a change (it may borrow from or adopt those of
- * threads that do not exist there). Heap locks come first: their holders
- * may take hak_heaps.lock. */
+ * threads that do not exist there), and no heap whose lock nobody will
+ * ever release: a child that forks in turn takes them all again. Heap
+ * locks come first, since their holders may take hak_heaps.lock; heaps
+ * are only ever added at the list's head, so a pass that finds the head
+ * unchanged once it holds the list's lock has them all. */
 static struct hak_heap *fork_heaps;   /* the list as it was when locked */
 void hak_heap_fork_prepare(void) {
-    hak_spin_lock(&hak_heaps.lock);
-    fork_heaps = hak_heaps.all;
-    hak_spin_unlock(&hak_heaps.lock);
-    for (struct hak_heap *h = fork_heaps; h; h = h->next_all) hak_spin_lock(&h->lock);
-    hak_spin_lock(&hak_heaps.lock);
+    struct hak_heap *done = NULL;   /* heaps from here on are locked */
+    for (;;) {
+        hak_spin_lock(&hak_heaps.lock);
+        struct hak_heap *head = hak_heaps.all;
+        if (head == done) break;   /* holding the list's lock */
+        hak_spin_unlock(&hak_heaps.lock);
+        for (struct hak_heap *h = head; h != done; h = h->next_all) hak_spin_lock(&h->lock);
+        done = head;
+    }
+    fork_heaps = done;
 }
 static void fork_unlock_all(void) {
     hak_spin_unlock(&hak_heaps.lock);
