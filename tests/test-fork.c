@@ -377,7 +377,31 @@ test_fork_from_thread (void)
  * copied, must not reach the child locked, or the child's own fork waits
  * for it forever (it did, in 36 of 60 such forks, before the fork handler
  * took heaps added meanwhile too). */
-enum { STARTING_FORKS = 20, STARTING_THREADS = 2 };
+enum { STARTING_FORKS = 40, STARTING_THREADS = 3 };
+
+/* A starting thread: a burst of allocation (its heap is made at its
+ * first call), then it waits, idle, so that the threads piling up leave
+ * the CPU to the children. */
+static void *
+starting_thread (void *arg)
+{
+  uint64_t rng = GPOINTER_TO_SIZE (arg);
+  enum { SLOTS = 32 };
+  void *p[SLOTS] = { 0 };
+  for (int i = 0; i < 500; i++)
+    {
+      size_t k = ht_rand (&rng) % SLOTS;
+      T (free) (p[k]);
+      p[k] = T (malloc) (mixed_size (&rng));
+      if (!p[k])
+        g_error ("starting thread: malloc failed");
+    }
+  while (!g_atomic_int_get (&stop_workers))
+    g_usleep (1000);
+  for (size_t k = 0; k < SLOTS; k++)
+    T (free) (p[k]);
+  return NULL;
+}
 
 static void
 test_fork_while_threads_start (void)
@@ -390,7 +414,7 @@ test_fork_while_threads_start (void)
   for (int it = 0; it < STARTING_FORKS; it++)
     {
       for (int i = 0; i < STARTING_THREADS; i++, n++)
-        g_assert_cmpint (pthread_create (&t[n], NULL, worker,
+        g_assert_cmpint (pthread_create (&t[n], NULL, starting_thread,
                                          GSIZE_TO_POINTER ((gsize) n + 1000)), ==, 0);
       fflush (stdout);
       fflush (stderr);
