@@ -853,6 +853,85 @@ test_idle_owner_memory_reused (void)
   g_test_trap_assert_passed ();
 }
 
+/* A double free of a borrowed block is still caught: once the borrower
+ * flushes it, the block waits in its owner's inbox or runs, where the
+ * double-free check must look too (it looked only at the freeing thread's
+ * own heap, and the block was then handed out twice). */
+enum { LENT_BLOCKS = 10000, LENT_TAKEN = 2000, LENT_SIZE = 64 };
+static void *lent[LENT_BLOCKS];
+
+static void *
+free_lent (void *arg)
+{
+  for (int i = 0; i < LENT_BLOCKS; i++)
+    T (free) (lent[i]);
+  return arg;
+}
+
+static void *
+double_free_borrowed (void *arg)
+{
+  static void *mine[LENT_TAKEN], *more[30000];
+  for (int i = 0; i < LENT_TAKEN; i++)
+    {
+      mine[i] = T (malloc) (LENT_SIZE);
+      g_assert_nonnull (mine[i]);
+    }
+  void *p = mine[0];
+  for (int i = 1; i < LENT_TAKEN / 2; i++)
+    T (free) (mine[i]);
+  T (free) (p);
+  for (int i = LENT_TAKEN / 2; i < LENT_TAKEN / 2 + 100; i++)   /* p leaves the bin */
+    T (free) (mine[i]);
+  T (free) (p);   /* the double free */
+  GHashTable *seen = g_hash_table_new (NULL, NULL);
+  for (int i = LENT_TAKEN / 2 + 100; i < LENT_TAKEN; i++)
+    g_hash_table_add (seen, mine[i]);
+  for (size_t i = 0; i < G_N_ELEMENTS (more); i++)
+    {
+      more[i] = T (malloc) (LENT_SIZE);
+      if (!g_hash_table_add (seen, more[i]))
+        g_error ("%p handed out twice after a double free", more[i]);
+    }
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init (&it, seen);
+  while (g_hash_table_iter_next (&it, &key, NULL))
+    T (free) (key);
+  g_hash_table_destroy (seen);
+  return arg;
+}
+
+static void
+test_borrowed_double_free (void)
+{
+  if (g_test_subprocess ())
+    {
+      for (int i = 0; i < LENT_BLOCKS; i++)
+        {
+          lent[i] = T (malloc) (LENT_SIZE);
+          g_assert_nonnull (lent[i]);
+        }
+      join (spawn (free_lent, NULL));   /* back to the main heap's inbox */
+      g_usleep (60 * 1000);            /* the main heap is idle: it lends */
+      join (spawn (double_free_borrowed, NULL));
+      char line[512];
+      unsigned long long larger = 0, borrowed = 0;
+      ht_stats_line ("hakmem: refills from", line, sizeof line);
+      g_assert_cmpint (sscanf (line, "hakmem: refills from a larger class's runs (instead of a "
+                               "new run): %llu blocks; from other heaps' runs: %llu",
+                               &larger, &borrowed), ==, 2);
+      g_assert_cmpuint (borrowed, >, 0);   /* the case this test is about */
+      return;
+    }
+  g_setenv ("HAKMEM_ON_ERROR", "warn", TRUE);
+  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_ON_ERROR");
+  g_test_trap_assert_passed ();
+  g_test_trap_assert_stderr ("*double free*");
+}
+
 /* Key destructors that run after hakmem's (their keys are newer) allocate
  * and free: the blocks they get must be sound, freeable anywhere later,
  * and no heap may be left behind per thread. */
@@ -945,6 +1024,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/successor-reuses-runs", test_successor_reuses_runs);
   g_test_add_func ("/threads/exited-heap-memory-reused", test_exited_heap_memory_reused);
   g_test_add_func ("/threads/idle-owner-memory-reused", test_idle_owner_memory_reused);
+  g_test_add_func ("/threads/borrowed-double-free", test_borrowed_double_free);
 
   return g_test_run ();
 }

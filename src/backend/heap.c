@@ -345,14 +345,15 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p) {
         for (void *q = s->free; q && n < s->nfree && !found; q = hak_link_get(q), n++)
             found = q == p;
     }
-    hak_spin_unlock(&h->lock);
-    if (found) return 1;
-    /* blocks other threads sent back; only the owner unlinks them */
+    /* blocks other threads sent back: pushers only add at the head, and
+     * whoever unlinks them (a drain, the owner's or a borrower's) holds
+     * the lock, so the walk stays on blocks that are still in there */
     unsigned n = 0;
-    for (void *q = atomic_load_explicit(&h->inbox, memory_order_acquire); q && n < 65536;
+    for (void *q = atomic_load_explicit(&h->inbox, memory_order_acquire); q && n < 65536 && !found;
          q = hak_link_get(q), n++)
-        if (q == p) return 1;
-    return 0;
+        found = q == p;
+    hak_spin_unlock(&h->lock);
+    return found;
 }
 
 size_t hak_heap_bytes_out(struct hak_heap *h) {

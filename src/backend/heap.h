@@ -40,6 +40,7 @@ struct hak_heap {
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
+    struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */
     struct hak_heap *next_abandoned;
     struct hak_heap_stats st;
 };

@@ -45,14 +45,13 @@ struct hak_heap *hak_heap_acquire(void) {
     memset(h, 0, sizeof *h);
     hak_spin_lock(&hak_heaps.lock);
     h->next_all = hak_heaps.all;
-    hak_heaps.all = h;
+    __atomic_store_n(&hak_heaps.all, h, __ATOMIC_RELEASE);   /* borrowers read it unlocked */
     hak_spin_unlock(&hak_heaps.lock);
     return h;
 }
 
 /* ---- purge on a clock -------------------------------------------------- */
 
-static void scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period);
 
 /* Memory that stays free for a decay period (HAKMEM_DECAY_MS) goes back to
  * the OS: the owner looks at a coarse clock on its misses (refill, flush;
@@ -87,7 +86,7 @@ void hak_heap_decay(struct hak_heap *h) {
     int busy;
     if (calls < HAK_DECAY_CALLS && __atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) &&
         (idle = hak_heap_abandoned_take_locked(&busy))) {
-        scavenge_one(idle, now, period);
+        hak_heap_scavenge_one(idle, now, period);
         calls += heap_purge_idle(idle, now, period, HAK_DECAY_CALLS - calls);
         hak_heap_abandoned_unlock_return(idle);
     }
@@ -166,7 +165,7 @@ static void release_empty_runs(struct hak_heap *h) {
  * thread kept (hak_heap_abandon); then SuperSlabs left with no run go back
  * to the pool. With the clock off (period 0), the runs go at the first
  * scavenge. */
-static void scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
+void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
     int trim = 0;
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) {
         hak_heap_drain_inbox(h, 0);
@@ -191,7 +190,7 @@ void hak_heap_scavenge_abandoned(void) {
             if (busy) continue;
             return;
         }
-        scavenge_one(h, now, period);
+        hak_heap_scavenge_one(h, now, period);
         hak_heap_abandoned_unlock_return(h);
     }
 }

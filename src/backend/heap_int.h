@@ -12,7 +12,7 @@
  * at it without the lock (a hint only). */
 struct hak_heap_registry {
     hak_spinlock_t lock;
-    struct hak_heap *all;
+    struct hak_heap *all;   /* written under lock with release; a heap's next_all never changes */
     struct hak_heap *abandoned, *abandoned_tail;
     size_t nabandoned;
 };
@@ -35,6 +35,10 @@ void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last);
 
 /* heap_idle.c */
 void hak_heap_decay(struct hak_heap *h);          /* on h's misses, under its lock */
+/* What an abandoned heap (locked by the caller) holds for nobody goes:
+ * its inbox is drained and, once it has waited `period`, its empty runs
+ * and then its empty SuperSlabs are released. */
+void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period);
 void hak_heap_scavenge_abandoned(void);            /* before h takes a new SuperSlab */
 struct hak_heap *hak_heap_abandoned_take_locked(int *busy);
 void hak_heap_abandoned_unlock_return(struct hak_heap *h);

@@ -21,29 +21,32 @@
  * only, and at most HAK_BORROW_SCAN heaps a call. */
 #define HAK_BORROW_SCAN 32u
 unsigned hak_heap_borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
-    hak_spin_lock(&hak_heaps.lock);
-    struct hak_heap *v = hak_heaps.all;
-    hak_spin_unlock(&hak_heaps.lock);
-    _Atomic uint64_t *word;
+    uint32_t idle = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
+    if (!idle) return 0;   /* no clock, no idle heap */
+    struct hak_heap *head = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE);
+    struct hak_heap *v = h->borrow_next ? h->borrow_next : head;
     uint64_t bit = (uint64_t)1 << (cls % 64);
-    uint32_t now = hak_os_clock_ms(), idle = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
-    for (unsigned seen = 0; v && seen < HAK_BORROW_SCAN; v = v->next_all, seen++) {
-        word = &v->lendable[cls / 64];
-        if (v == h || (!(atomic_load_explicit(word, memory_order_relaxed) & bit) &&
-                       !atomic_load_explicit(&v->inbox, memory_order_relaxed)) ||
-            (int32_t)(now - atomic_load_explicit(&v->active_ms, memory_order_relaxed)) < (int32_t)idle ||
-            !hak_spin_trylock(&v->lock))
+    uint32_t now = hak_os_clock_ms();
+    unsigned got = 0;
+    /* the scan resumes where the last one stopped, so that every heap is
+     * looked at in turn however many there are */
+    for (unsigned seen = 0; v && seen < HAK_BORROW_SCAN && !got; seen++) {
+        struct hak_heap *cur = v;
+        v = v->next_all ? v->next_all : head;
+        _Atomic uint64_t *word = &cur->lendable[cls / 64];
+        if (cur == h || (!(atomic_load_explicit(word, memory_order_relaxed) & bit) &&
+                         !atomic_load_explicit(&cur->inbox, memory_order_relaxed)) ||
+            (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)idle ||
+            !hak_spin_trylock(&cur->lock))
             continue;
-        hak_heap_drain_inbox(v, 1);
-        unsigned got = hak_heap_take_own(v, cls, bin, want);
+        hak_heap_drain_inbox(cur, 1);
+        got = hak_heap_take_own(cur, cls, bin, want);
         if (!got) atomic_fetch_and_explicit(word, ~bit, memory_order_relaxed);
-        hak_spin_unlock(&v->lock);
-        if (got) {
-            h->st.borrowed_remote += got;
-            return got;
-        }
+        hak_spin_unlock(&cur->lock);
     }
-    return 0;
+    h->borrow_next = v;
+    h->st.borrowed_remote += got;
+    return got;
 }
 
 /* Moves SuperSlab ss, with its runs, from heap `from` to heap `to`; the
@@ -80,6 +83,7 @@ static void ss_move(struct hak_heap *from, struct hak_heap *to, struct hak_super
  * Returns 1 if anything moved. */
 int hak_heap_absorb_abandoned(struct hak_heap *h) {
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS), now = hak_os_clock_ms();
+    if (!period) return 0;   /* no clock: the heap waits for a thread to adopt it */
     hak_spin_lock(&hak_heaps.lock);
     size_t n = hak_heaps.nabandoned;
     hak_spin_unlock(&hak_heaps.lock);
@@ -91,7 +95,10 @@ int hak_heap_absorb_abandoned(struct hak_heap *h) {
             return 0;
         }
         if ((int32_t)(now - a->abandoned_ms) >= (int32_t)period) {
-            hak_heap_drain_inbox(a, 0);
+            /* its empty runs and SuperSlabs go first: moved, they would
+             * stay with h for good (nothing releases a run with no block
+             * out that no free empties) */
+            hak_heap_scavenge_one(a, now, period);
             moved = a->ss_list != NULL;
             while (a->ss_list) ss_move(a, h, a->ss_list);
         }

@@ -38,7 +38,11 @@ int hak_small_is_free(void *p, unsigned cls) {
      * while free (backend/heap.c, refill_from_larger) */
     for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
         if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
-    return hak_heap_holds_free(t->heap, p);
+    if (hak_heap_holds_free(t->heap, p)) return 1;
+    /* a block of another heap (one this thread borrowed, or freed from
+     * another thread) went back to that heap's inbox or runs */
+    struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
+    return owner && owner != t->heap && hak_heap_holds_free(owner, p);
 }
 
 /* ---- foreign pointers ---------------------------------------------------- */
