@@ -256,6 +256,18 @@ ht_rss_bytes (void)
   return (size_t) resident * (size_t) sysconf (_SC_PAGESIZE);
 }
 
+/* Frees every key of a set of blocks, then the set. */
+static inline void
+ht_free_keys_and_destroy (GHashTable *blocks)
+{
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init (&it, blocks);
+  while (g_hash_table_iter_next (&it, &key, NULL))
+    T (free) (key);
+  g_hash_table_destroy (blocks);
+}
+
 /* The line of hak_print_stats() (which writes to stderr) that starts with
  * `prefix`, copied into line[n]; fails the test when there is none. */
 static inline void

@@ -183,6 +183,25 @@ typedef struct
   uint64_t seed;
 } Inherited;
 
+/* In a child: forks a grandchild that runs child_workload(seed) and waits
+ * for it; CHILD_OK or CHILD_GRANDCHILD_FAILED. */
+static int
+run_grandchild (uint64_t seed)
+{
+  pid_t g = fork ();
+  if (g < 0)
+    return CHILD_GRANDCHILD_FAILED;
+  if (g == 0)
+    _exit (child_workload (seed));
+  int st;
+  if (waitpid (g, &st, 0) != g || !WIFEXITED (st))
+    return CHILD_GRANDCHILD_FAILED;
+  if (WEXITSTATUS (st) != 0
+      && !(WEXITSTATUS (st) == VALGRIND_ERROR_EXIT && on_valgrind ()))
+    return CHILD_GRANDCHILD_FAILED;
+  return CHILD_OK;
+}
+
 static int
 child_main (Inherited *inh, size_t ninh, int iteration)
 {
@@ -222,20 +241,8 @@ child_main (Inherited *inh, size_t ninh, int iteration)
 
 grandchild:
   /* Every fifth child forks a grandchild. */
-  if (iteration % 5 == 0)
-    {
-      pid_t g = fork ();
-      if (g < 0)
-        return CHILD_GRANDCHILD_FAILED;
-      if (g == 0)
-        _exit (child_workload (12345));
-      int st;
-      if (waitpid (g, &st, 0) != g || !WIFEXITED (st))
-        return CHILD_GRANDCHILD_FAILED;
-      if (WEXITSTATUS (st) != 0
-          && !(WEXITSTATUS (st) == VALGRIND_ERROR_EXIT && on_valgrind ()))
-        return CHILD_GRANDCHILD_FAILED;
-    }
+  if (iteration % 5 == 0 && (rc = run_grandchild (12345)))
+    return rc;
   for (size_t i = 1; i < ninh; i += 2)
     T (free) (inh[i].p);
 #ifdef HT_HAVE_VALGRIND_H
@@ -286,6 +293,18 @@ wait_child (pid_t pid, int iteration)
              WEXITSTATUS (status), child_code_name (WEXITSTATUS (status)));
 }
 
+/* fork() with stdio flushed first, so that the child repeats no output. */
+static pid_t
+fork_flushed (void)
+{
+  fflush (stdout);
+  fflush (stderr);
+  pid_t pid = fork ();
+  if (pid < 0)
+    g_error ("fork: %s", g_strerror (errno));
+  return pid;
+}
+
 static void
 fork_many (int forks)
 {
@@ -303,11 +322,7 @@ fork_many (int forks)
           g_assert_nonnull (inh[i].p);
           ht_fill (inh[i].p, inh[i].n, inh[i].seed);
         }
-      fflush (stdout);
-      fflush (stderr);
-      pid_t pid = fork ();
-      if (pid < 0)
-        g_error ("fork: %s", g_strerror (errno));
+      pid_t pid = fork_flushed ();
       if (pid == 0)
         _exit (child_main (inh, NINH, it));
       wait_child (pid, it);
@@ -416,28 +431,11 @@ test_fork_while_threads_start (void)
       for (int i = 0; i < STARTING_THREADS; i++, n++)
         g_assert_cmpint (pthread_create (&t[n], NULL, starting_thread,
                                          GSIZE_TO_POINTER ((gsize) n + 1000)), ==, 0);
-      fflush (stdout);
-      fflush (stderr);
-      pid_t pid = fork ();
-      if (pid < 0)
-        g_error ("fork: %s", g_strerror (errno));
+      pid_t pid = fork_flushed ();
       if (pid == 0)
         {
           int rc = child_workload ((uint64_t) it + 7);
-          if (rc)
-            _exit (rc);
-          pid_t g = fork ();
-          if (g < 0)
-            _exit (CHILD_GRANDCHILD_FAILED);
-          if (g == 0)
-            _exit (child_workload ((uint64_t) it + 8));
-          int st;
-          if (waitpid (g, &st, 0) != g || !WIFEXITED (st))
-            _exit (CHILD_GRANDCHILD_FAILED);
-          if (WEXITSTATUS (st) != 0
-              && !(WEXITSTATUS (st) == VALGRIND_ERROR_EXIT && on_valgrind ()))
-            _exit (CHILD_GRANDCHILD_FAILED);
-          _exit (CHILD_OK);
+          _exit (rc ? rc : run_grandchild ((uint64_t) it + 8));
         }
       wait_child (pid, it);
     }

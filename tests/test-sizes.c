@@ -292,12 +292,7 @@ test_stand_in_double_free (void)
       if (!g_hash_table_add (live, more[i]))
         g_error ("%p handed out twice after the double frees", more[i]);
     }
-  GHashTableIter it;
-  gpointer key;
-  g_hash_table_iter_init (&it, live);
-  while (g_hash_table_iter_next (&it, &key, NULL))
-    T (free) (key);
-  g_hash_table_destroy (live);
+  ht_free_keys_and_destroy (live);
   g_free (big);
   g_free (small);
   g_free (more);

@@ -723,6 +723,40 @@ test_successor_reuses_runs (void)
   g_test_trap_assert_passed ();
 }
 
+/* Allocates n blocks of `size` bytes into b[], each filled with `byte`. */
+static void
+alloc_filled (void **b, int n, size_t size, int byte)
+{
+  for (int i = 0; i < n; i++)
+    {
+      b[i] = T (malloc) (size);
+      g_assert_nonnull (b[i]);
+      memset (b[i], byte, size);
+    }
+}
+
+/* Checks that the n blocks of b[] still hold `byte` everywhere, and frees them. */
+static void
+free_checked (void **b, int n, size_t size, int byte)
+{
+  for (int i = 0; i < n; i++)
+    {
+      g_assert_true (ht_all_bytes (b[i], size, (unsigned char) byte));
+      T (free) (b[i]);
+    }
+}
+
+/* In the test's parent: runs the test again in a fresh process with
+ * HAKMEM_DECAY_MS=10 (read once, at start-up) and checks that it passed. */
+static void
+rerun_with_decay_10ms (void)
+{
+  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
 /* SuperSlabs heaps have taken from the pool so far, as hak_print_stats()
  * reports them. */
 static unsigned long long
@@ -748,12 +782,7 @@ static void *left_blocks[LEFT_BLOCKS];
 static void *
 leave_half (void *arg)
 {
-  for (int i = 0; i < LEFT_BLOCKS; i++)
-    {
-      left_blocks[i] = T (malloc) (LEFT_SIZE);
-      g_assert_nonnull (left_blocks[i]);
-      memset (left_blocks[i], 0x5A, LEFT_SIZE);
-    }
+  alloc_filled (left_blocks, LEFT_BLOCKS, LEFT_SIZE, 0x5A);
   for (int i = 0; i < LEFT_BLOCKS; i += 2)
     T (free) (left_blocks[i]);
   return arg;
@@ -768,12 +797,7 @@ test_exited_heap_memory_reused (void)
       g_usleep (50 * 1000);   /* five decay periods: nobody adopted the heap */
       unsigned long long before = stats_superslabs_acquired ();
       static void *mine[LEFT_BLOCKS / 2];
-      for (int i = 0; i < LEFT_BLOCKS / 2; i++)
-        {
-          mine[i] = T (malloc) (LEFT_SIZE);
-          g_assert_nonnull (mine[i]);
-          memset (mine[i], 0x3C, LEFT_SIZE);
-        }
+      alloc_filled (mine, LEFT_BLOCKS / 2, LEFT_SIZE, 0x3C);
       unsigned long long after = stats_superslabs_acquired ();
       g_test_message ("SuperSlabs acquired: %llu before, %llu after", before, after);
       /* 8 MiB needs four or five more SuperSlabs if nothing is reused */
@@ -783,16 +807,10 @@ test_exited_heap_memory_reused (void)
           g_assert_true (ht_all_bytes (left_blocks[i], LEFT_SIZE, 0x5A));
           T (free) (left_blocks[i]);
         }
-      for (int i = 0; i < LEFT_BLOCKS / 2; i++)
-        {
-          g_assert_true (ht_all_bytes (mine[i], LEFT_SIZE, 0x3C));
-          T (free) (mine[i]);
-        }
+      free_checked (mine, LEFT_BLOCKS / 2, LEFT_SIZE, 0x3C);
       return;
     }
-  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_passed ();
+  rerun_with_decay_10ms ();
 }
 
 /* The main thread sets blocks up and waits while a worker frees them and
@@ -806,21 +824,12 @@ static void *setup_blocks[SETUP_BLOCKS];
 static void *
 replace_setup_blocks (void *arg)
 {
-  for (int i = 0; i < SETUP_BLOCKS; i++)
-    {
-      g_assert_true (ht_all_bytes (setup_blocks[i], SETUP_SIZE, 0x11));
-      T (free) (setup_blocks[i]);
-    }
+  free_checked (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x11);
   /* the main thread's last miss (starting this thread) is five decay
    * periods old by now */
   g_usleep (50 * 1000);
   unsigned long long before = stats_superslabs_acquired ();
-  for (int i = 0; i < SETUP_BLOCKS; i++)
-    {
-      setup_blocks[i] = T (malloc) (SETUP_SIZE);
-      g_assert_nonnull (setup_blocks[i]);
-      memset (setup_blocks[i], 0x22, SETUP_SIZE);
-    }
+  alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x22);
   *(unsigned long long *) arg = stats_superslabs_acquired () - before;
   return NULL;
 }
@@ -830,27 +839,16 @@ test_idle_owner_memory_reused (void)
 {
   if (g_test_subprocess ())
     {
-      for (int i = 0; i < SETUP_BLOCKS; i++)
-        {
-          setup_blocks[i] = T (malloc) (SETUP_SIZE);
-          g_assert_nonnull (setup_blocks[i]);
-          memset (setup_blocks[i], 0x11, SETUP_SIZE);
-        }
+      alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x11);
       unsigned long long acquired = 0;
       join (spawn (replace_setup_blocks, &acquired));
       g_test_message ("the worker took %llu SuperSlabs for 4 MiB", acquired);
       /* two or three when it carved its own */
       g_assert_cmpuint (acquired, <=, 1);
-      for (int i = 0; i < SETUP_BLOCKS; i++)
-        {
-          g_assert_true (ht_all_bytes (setup_blocks[i], SETUP_SIZE, 0x22));
-          T (free) (setup_blocks[i]);
-        }
+      free_checked (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x22);
       return;
     }
-  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_passed ();
+  rerun_with_decay_10ms ();
 }
 
 /* A double free of a borrowed block is still caught: once the borrower
@@ -872,11 +870,7 @@ static void *
 double_free_borrowed (void *arg)
 {
   static void *mine[LENT_TAKEN], *more[30000];
-  for (int i = 0; i < LENT_TAKEN; i++)
-    {
-      mine[i] = T (malloc) (LENT_SIZE);
-      g_assert_nonnull (mine[i]);
-    }
+  alloc_filled (mine, LENT_TAKEN, LENT_SIZE, 0x55);
   void *p = mine[0];
   for (int i = 1; i < LENT_TAKEN / 2; i++)
     T (free) (mine[i]);
@@ -893,12 +887,7 @@ double_free_borrowed (void *arg)
       if (!g_hash_table_add (seen, more[i]))
         g_error ("%p handed out twice after a double free", more[i]);
     }
-  GHashTableIter it;
-  gpointer key;
-  g_hash_table_iter_init (&it, seen);
-  while (g_hash_table_iter_next (&it, &key, NULL))
-    T (free) (key);
-  g_hash_table_destroy (seen);
+  ht_free_keys_and_destroy (seen);
   return arg;
 }
 
@@ -907,11 +896,7 @@ test_borrowed_double_free (void)
 {
   if (g_test_subprocess ())
     {
-      for (int i = 0; i < LENT_BLOCKS; i++)
-        {
-          lent[i] = T (malloc) (LENT_SIZE);
-          g_assert_nonnull (lent[i]);
-        }
+      alloc_filled (lent, LENT_BLOCKS, LENT_SIZE, 0x44);
       join (spawn (free_lent, NULL));   /* back to the main heap's inbox */
       g_usleep (60 * 1000);            /* the main heap is idle: it lends */
       join (spawn (double_free_borrowed, NULL));
