@@ -1,9 +1,11 @@
 /* A heap: the SuperSlabs one thread owns, with per-class runs, and an inbox
- * for blocks other threads free. Only the owner thread touches a heap's
- * fields, except `inbox`, which others push to with one CAS (lock-free,
- * never a mutex). A heap outlives its thread: when the thread exits the heap
- * is abandoned, then adopted whole by the next thread that starts, so blocks
- * still alive elsewhere stay valid and their memory is reused. */
+ * for blocks other threads free, which they push with one CAS. Its runs and
+ * lists are changed only under its spin lock: by the owner on its misses,
+ * or by another thread borrowing from it while it is idle or draining it
+ * after its thread exited (backend/heap_share.c, heap_idle.c). A heap
+ * outlives its thread: when the thread exits the heap is abandoned with its
+ * runs, then adopted whole by the next thread that starts, so blocks still
+ * alive elsewhere stay valid and their memory is reused. */
 #ifndef HAK_HEAP_H
 #define HAK_HEAP_H
 
