@@ -269,9 +269,9 @@ ht_free_keys_and_destroy (GHashTable *blocks)
 }
 
 /* The line of hak_print_stats() (which writes to stderr) that starts with
- * `prefix`, copied into line[n]; fails the test when there is none. */
-static inline void
-ht_stats_line (const char *prefix, char *line, size_t n)
+ * `prefix`, copied into line[n]; FALSE when there is none. */
+static inline gboolean
+ht_stats_find (const char *prefix, char *line, size_t n)
 {
   FILE *f = tmpfile ();
   g_assert_nonnull (f);
@@ -287,7 +287,14 @@ ht_stats_line (const char *prefix, char *line, size_t n)
   while (!found && fgets (line, (int) n, f))
     found = strncmp (line, prefix, strlen (prefix)) == 0;
   fclose (f);
-  if (!found)
+  return found;
+}
+
+/* The same, failing the test when there is no such line. */
+static inline void
+ht_stats_line (const char *prefix, char *line, size_t n)
+{
+  if (!ht_stats_find (prefix, line, n))
     g_error ("hak_print_stats() printed no line starting with \"%s\"", prefix);
 }
 

@@ -917,6 +917,105 @@ test_borrowed_double_free (void)
   g_test_trap_assert_stderr ("*double free*");
 }
 
+/* A thread that only frees a class (it consumes what another thread
+ * allocates) keeps no blocks of it for mallocs it never makes: each time
+ * its bin fills (8 blocks) it sends them all to their owner. It used to
+ * keep 8 to 16 a class (producer_consumer's peak RSS, docs/PERFORMANCE.md). */
+enum { CONSUMED_CLASSES = 20, CONSUMED_PER_CLASS = 100, FREE_ONLY_BATCH = 8 };
+static void *consumed[CONSUMED_CLASSES * CONSUMED_PER_CLASS];
+static gint consumer_done, stats_read;
+
+static void *
+consume_and_wait (void *arg)
+{
+  (void) arg;
+  for (int i = 0; i < CONSUMED_CLASSES * CONSUMED_PER_CLASS; i++)
+    T (free) (consumed[i]);
+  g_atomic_int_set (&consumer_done, 1);
+  while (!g_atomic_int_get (&stats_read))   /* alive: its exit would flush its bins */
+    g_usleep (1000);
+  return NULL;
+}
+
+static unsigned long long
+stats_remote_frees (void)
+{
+  char line[512];
+  unsigned long long frees = 0;
+  ht_stats_line ("hakmem: remote:", line, sizeof line);
+  g_assert_cmpint (sscanf (line, "hakmem: remote: frees %llu", &frees), ==, 1);
+  return frees;
+}
+
+static void
+test_consumer_keeps_few_blocks (void)
+{
+  if (g_test_subprocess ())
+    {
+      for (int c = 0; c < CONSUMED_CLASSES; c++)
+        alloc_filled (consumed + c * CONSUMED_PER_CLASS, CONSUMED_PER_CLASS,
+                      48 * (size_t) (c + 1), c);
+      pthread_t t = spawn (consume_and_wait, NULL);
+      while (!g_atomic_int_get (&consumer_done))
+        g_usleep (1000);
+      unsigned long long sent = stats_remote_frees ();
+      g_atomic_int_set (&stats_read, 1);
+      join (t);
+      int total = CONSUMED_CLASSES * CONSUMED_PER_CLASS;
+      g_test_message ("the consumer sent %llu of the %d blocks it freed while alive", sent, total);
+      g_assert_cmpuint (sent, <=, (unsigned long long) total);
+      g_assert_cmpuint (sent, >=, (unsigned long long) (total - CONSUMED_CLASSES * FREE_ONLY_BATCH));
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
+/* A refill carves about a page of new blocks at most: blocks carved but
+ * never asked for stay resident for nothing. A new thread's 30 blocks of
+ * 1000 bytes (1008-byte class, 4 a page) used to carve 44. */
+enum { CARVED_WANTED = 30, CARVED_SIZE = 1000, CARVED_CLASS_SIZE = 1008 };
+
+static unsigned long long
+stats_class_carved (unsigned size)
+{
+  char line[512], prefix[64];
+  unsigned long long refills = 0, carved = 0;
+  g_snprintf (prefix, sizeof prefix, "hakmem: class %2u (%6u B):", size / 16, size);
+  if (!ht_stats_find (prefix, line, sizeof line))
+    return 0;   /* no refill of that class yet */
+  g_assert_cmpint (sscanf (line + strlen (prefix), " refills %llu, carved %llu", &refills, &carved),
+                   ==, 2);
+  return carved;
+}
+
+static void *
+alloc_carved_class (void *arg)
+{
+  void **b = arg;
+  alloc_filled (b, CARVED_WANTED, CARVED_SIZE, 0x3c);
+  return NULL;
+}
+
+static void
+test_refill_carves_a_page (void)
+{
+  if (g_test_subprocess ())
+    {
+      void *b[CARVED_WANTED];
+      unsigned long long before = stats_class_carved (CARVED_CLASS_SIZE);
+      join (spawn (alloc_carved_class, b));   /* a new heap: it has nothing to reuse */
+      unsigned long long carved = stats_class_carved (CARVED_CLASS_SIZE) - before;
+      g_test_message ("%llu blocks carved for %d", carved, (int) CARVED_WANTED);
+      g_assert_cmpuint (carved, >=, CARVED_WANTED);
+      g_assert_cmpuint (carved, <, CARVED_WANTED + 4 * HT_KiB / CARVED_CLASS_SIZE);
+      free_checked (b, CARVED_WANTED, CARVED_SIZE, 0x3c);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* Key destructors that run after hakmem's (their keys are newer) allocate
  * and free: the blocks they get must be sound, freeable anywhere later,
  * and no heap may be left behind per thread. */
@@ -1010,6 +1109,8 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/exited-heap-memory-reused", test_exited_heap_memory_reused);
   g_test_add_func ("/threads/idle-owner-memory-reused", test_idle_owner_memory_reused);
   g_test_add_func ("/threads/borrowed-double-free", test_borrowed_double_free);
+  g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
+  g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
 
   return g_test_run ();
 }

@@ -19,6 +19,7 @@ struct hak_heap_stats {
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
     uint64_t class_refills[HAK_NCLASS];
+    uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
 };
 
 struct hak_heap {
@@ -65,6 +66,11 @@ void hak_heap_free_remote(void *p);
 /* 1 if p (a block of one of h's runs, or of another heap's) is on h's
  * lists: its run's free list (when h owns the run) or h's inbox. Slow. */
 int hak_heap_holds_free(struct hak_heap *h, const void *p);
+
+/* Memory pressure: h's runs with no block out (current ones too) and its
+ * SuperSlabs left with no run go back to the pool. h is the caller's own
+ * heap. Returns the number of SuperSlabs released. */
+size_t hak_heap_release_unused(struct hak_heap *h);
 
 /* Bytes of h's runs not on a run free list: in use by the program or
  * waiting in thread caches. A snapshot for stats. */

@@ -159,6 +159,20 @@ static void release_empty_runs(struct hak_heap *h) {
     }
 }
 
+/* The calling thread's own heap under memory pressure (core/pressure.c):
+ * its empty runs, current ones too, and then every SuperSlab with no run
+ * go back to the pool. Returns how many SuperSlabs did. */
+size_t hak_heap_release_unused(struct hak_heap *h) {
+    hak_spin_lock(&h->lock);
+    uint64_t before = h->st.ss_released;
+    if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) hak_heap_drain_inbox(h, 0);
+    release_empty_runs(h);
+    heap_trim(h);
+    size_t n = (size_t)(h->st.ss_released - before);
+    hak_spin_unlock(&h->lock);
+    return n;
+}
+
 /* Collects what an abandoned heap (owned by the caller for the moment)
  * holds for nobody: blocks other threads sent to its inbox and, once it
  * has waited a whole decay period without being adopted, the runs its

@@ -6,6 +6,7 @@
 #include "core/fastpath.h"
 #include "core/init.h"
 #include "core/options.h"
+#include "core/pressure.h"
 #include "front/front.h"
 #include "safety/safety.h"
 #include "backend/heap.h"
@@ -52,6 +53,9 @@ static void *alloc_class(unsigned cls) {
     void *p = b->head;
     if (p) return hak_bin_pop(b, p);
     p = hak_cache_for(cls)->alloc_miss(t, cls);
+    /* refused by the OS (which leaves errno alone, backend/os.c): once
+     * more after what is cached went back */
+    if (HAK_UNLIKELY(!p) && hak_release_unused()) p = hak_cache_for(cls)->alloc_miss(t, cls);
     if (HAK_UNLIKELY(!p)) {
         errno = ENOMEM;
         return NULL;
@@ -60,9 +64,20 @@ static void *alloc_class(unsigned cls) {
     return p;
 }
 
+/* A large block; when the OS refuses the mapping, once more after what
+ * the process keeps cached went back (core/pressure.c). errno is left as
+ * it was when the second try succeeds. */
+static void *large_alloc(size_t size, size_t align, int *reused) {
+    int saved = errno;
+    void *p = hak_large_alloc(size, align, reused);
+    if (HAK_UNLIKELY(!p) && hak_release_unused() && (p = hak_large_alloc(size, align, reused)))
+        errno = saved;
+    return p;
+}
+
 static void *alloc_large(size_t size, size_t align) {
     hak_init();
-    return hak_large_alloc(size, align, NULL);
+    return large_alloc(size, align, NULL);
 }
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
@@ -194,7 +209,7 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
     if (total > HAK_SMALL_MAX) {
         int reused;
         hak_init();
-        void *p = hak_large_alloc(total, 0, &reused);
+        void *p = large_alloc(total, 0, &reused);
         hak_track_alloc(p, block_usable(p), 1);
         if (p && reused) memset(p, 0, total);   /* fresh mappings are zero already */
         return p;

@@ -52,8 +52,10 @@ HAK_EXPORT void hak_print_stats(void) {
             lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (s->class_refills[c])
-            hak_log("hakmem: class %2u (%6u B): refills %llu\n", c, hak_class_size[c],
-                    (unsigned long long)s->class_refills[c]);
+            hak_log("hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,
+                    hak_class_size[c], (unsigned long long)s->class_refills[c],
+                    (unsigned long long)s->class_carved[c],
+                    (unsigned long long)(s->class_carved[c] * hak_class_size[c] >> 10));
 }
 
 __attribute__((destructor)) static void print_stats_at_exit(void) {

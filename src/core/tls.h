@@ -20,6 +20,9 @@ struct hak_bin {
 struct hak_tls {
     struct hak_bin bins[HAK_NBINS];
     struct hak_heap *heap;
+    /* classes this thread has taken blocks of from its heap (a malloc
+     * miss): a bin of any other class only ever gets blocks by free */
+    uint64_t refilled[(HAK_NBINS + 63) / 64];
     int state;        /* 0 new, 1 live, 2 torn down (thread exiting) */
 };
 

@@ -30,17 +30,24 @@ static void bin_grow(struct hak_bin *b, uint32_t lim) {
 
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
+    t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
     return hak_bin_pop(b, b->head);
 }
 
+/* A full bin keeps half its blocks for the thread's next mallocs, unless
+ * the thread has never taken blocks of that class from its heap: its
+ * mallocs do not use the class (a consumer freeing what another thread
+ * made), so it keeps none and sends them all back to their owners. */
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];   /* full: no room */
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
-    if (!b->room)
-        hak_heap_flush(t->heap, b, hak_bin_count(b) - b->max / 2);
+    if (!b->room) {
+        int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
+        hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0));
+    }
     hak_bin_push(b, p);
 }
 

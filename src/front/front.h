@@ -45,9 +45,10 @@ static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
  * (and carves no more of its run than it uses), while a busy class reaches
  * full depth after a handful of misses. Frees alone grow it to
  * HAK_BIN_FREE_MAX at most: a thread that only frees a class (a consumer)
- * flushes it in small batches instead of keeping a full bin. */
+ * sends it back in batches of that many (hak_cache_flush_push) instead of
+ * keeping a full bin. */
 #define HAK_BIN_START 4u
-#define HAK_BIN_FREE_MAX 16u
+#define HAK_BIN_FREE_MAX 8u
 HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
 void hak_cache_limits_init(void);
 void hak_cache_thread_init(struct hak_tls *t);

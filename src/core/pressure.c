@@ -1,0 +1,25 @@
+/* The OS refused a mapping: before malloc reports ENOMEM, what the process
+ * keeps mapped for reuse goes back, and the call is tried once more. Under
+ * an address-space limit (RLIMIT_AS), memory cached for one size range
+ * must not starve another: mid-size blocks a thread freed wait in its bins
+ * (up to 512 KiB a class), which keep their runs, and each class's current
+ * run keeps its SuperSlab mapped, so a large block found no room after the
+ * program had freed everything (tests/oom, reuse-after-mid). */
+#include "core/pressure.h"
+#include "core/tls.h"
+#include "front/front.h"
+#include "backend/heap.h"
+#include "backend/large.h"
+#include "backend/superslab.h"
+
+int hak_release_unused(void) {
+    struct hak_tls *t = &hak_tls;
+    size_t released = 0;
+    if (t->state == 1 && t->heap) {
+        hak_cache_flush_all(t);
+        released += hak_heap_release_unused(t->heap);
+    }
+    released += hak_large_release_cache();
+    released += hak_ss_pool_release_all();
+    return released != 0;
+}
