@@ -255,6 +255,43 @@ test_doubling_no_slack (void)
   T (free) (v);
 }
 
+/* A mid-size block that a realloc moved out of goes straight back to its
+ * run, not to the thread's bin. A 128 KiB block has a run of its own, so
+ * its slabs are free for any class at once, and the next run the thread
+ * needs (here one of 64 KiB blocks) is placed there, on pages already
+ * touched. It used to wait in the bin for the next malloc of 128 KiB, and
+ * runs held 4 such blocks (realloc_grow: 65 MiB peak against glibc's 49.5). */
+static void
+test_moved_block_frees_its_run (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  unsigned char *a = T (malloc) (128 * HT_KiB), *b = T (malloc) (128 * HT_KiB);
+  g_assert_nonnull (a);
+  g_assert_nonnull (b);
+  ht_fill (a, 128 * HT_KiB, 1);
+  ht_fill (b, 128 * HT_KiB, 2);
+  uintptr_t old = (uintptr_t) a;
+  a = T (realloc) (a, 256 * HT_KiB);
+  g_assert_nonnull (a);
+  ht_assert_pattern (a, 128 * HT_KiB, 1);
+  unsigned char *c = T (malloc) (64 * HT_KiB);
+  g_assert_nonnull (c);
+  ht_fill (c, 64 * HT_KiB, 3);
+  if ((uintptr_t) c < old || (uintptr_t) c >= old + 128 * HT_KiB)
+    g_error ("a 64 KiB block went to %p, not into the 128 KiB block moved out of at %p", (void *) c,
+             (void *) old);
+  ht_assert_pattern (a, 128 * HT_KiB, 1);
+  ht_assert_pattern (b, 128 * HT_KiB, 2);
+  T (free) (a);
+  T (free) (b);
+  T (free) (c);
+}
+
 /* Several growing buffers interleaved, as in a program building many
  * strings at once. */
 static void
@@ -310,6 +347,7 @@ main (int argc, char **argv)
   g_test_add_func ("/realloc/grow-amortized", test_grow_amortized);
   g_test_add_func ("/realloc/interleaved-buffers", test_interleaved_buffers);
   g_test_add_func ("/realloc/doubling-no-slack", test_doubling_no_slack);
+  g_test_add_func ("/realloc/moved-block-frees-its-run", test_moved_block_frees_its_run);
 
   return g_test_run ();
 }

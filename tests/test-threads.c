@@ -678,23 +678,27 @@ test_exited_heaps_adopted (void)
  * carved, instead of placing and touching new runs (every short-lived
  * thread used to make a run of every class it used: churn_threads held
  * 15 MiB for 300 KiB live). */
-enum { SERIAL_THREADS = 50, SERIAL_CLASSES = 48 };
+/* 3 blocks a class: one run holds them for every class (from 16 KiB a
+ * run is one slab, 3 blocks of 20 KiB), so that with HAKMEM_POOL=none,
+ * where each free goes straight to its run, no run empties and goes back
+ * while the thread still uses its class. */
+enum { SERIAL_THREADS = 50, SERIAL_CLASSES = 48, SERIAL_BLOCKS = 3 };
 
 static void *
 many_classes_thread (void *arg)
 {
-  void *p[SERIAL_CLASSES][6];
+  void *p[SERIAL_CLASSES][SERIAL_BLOCKS];
   for (int c = 0; c < SERIAL_CLASSES; c++)
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < SERIAL_BLOCKS; k++)
       {
-        /* tiny classes 16..640 B, then mid ones 2..17 KiB */
+        /* tiny classes 16..640 B, then mid ones 4..18 KiB */
         size_t size = c < 40 ? 16 * (size_t) (c + 1) : (size_t) (c - 38) * 2 * HT_KiB;
         p[c][k] = T (malloc) (size);
         g_assert_nonnull (p[c][k]);
         memset (p[c][k], c, size);
       }
   for (int c = 0; c < SERIAL_CLASSES; c++)
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < SERIAL_BLOCKS; k++)
       T (free) (p[c][k]);
   return arg;
 }

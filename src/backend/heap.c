@@ -287,7 +287,7 @@ void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last) {
                                                     memory_order_release, memory_order_relaxed));
 }
 
-static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
+static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
     struct hak_heap *chain_owner = NULL;
     void *chain_first = NULL, *chain_last = NULL;
     unsigned chain_len = 0;
@@ -299,7 +299,7 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
         bin->head = hak_link_get(p);
         bin->room++;
         struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
-        if (owner == h) { slab_put(h, p, 0); continue; }
+        if (owner == h) { slab_put(h, p, keep_empty); continue; }
         if (owner != chain_owner && chain_first) {
             hak_heap_remote_push(chain_owner, chain_first, chain_last);
             h->st.remote_pushes++;
@@ -318,9 +318,9 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
     (void)chain_len;
 }
 
-void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n) {
+void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
     hak_spin_lock(&h->lock);
-    flush(h, bin, n);
+    flush(h, bin, n, keep_empty);
     hak_spin_unlock(&h->lock);
 }
 

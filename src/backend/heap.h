@@ -58,8 +58,11 @@ unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * out of memory). */
 void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
 /* Returns the first n blocks of the bin to their runs (own ones directly,
- * other heaps' through their inboxes, one CAS per batch). */
-void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n);
+ * other heaps' through their inboxes, one CAS per batch). A run of h left
+ * with no block out goes back to its SuperSlab, unless keep_empty (a
+ * thread exiting: its heap keeps its runs for the thread that adopts it,
+ * see hak_heap_abandon). */
+void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty);
 /* Sends one block (already marked free) to its owner's inbox: the free of
  * a thread whose heap is gone (see free_small in core/api.c). */
 void hak_heap_free_remote(void *p);

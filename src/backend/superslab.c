@@ -179,24 +179,39 @@ unsigned hak_ss_per_slab(size_t bs) {
     return bs <= HAK_SLAB_SIZE ? (unsigned)(HAK_SLAB_SIZE / bs) : 0;
 }
 
+/* Fewest blocks of bs bytes (> a slab) that end on a slab boundary. */
+static size_t blocks_filling_slabs(size_t bs) {
+    size_t a = bs, b = HAK_SLAB_SIZE;
+    while (b) { size_t t = a % b; a = b; b = t; }   /* a = gcd(bs, slab) */
+    return HAK_SLAB_SIZE / a;
+}
+
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
     size_t bs = hak_class_size[cls];
-    /* runs of 16 blocks keep run turnover (and its metadata work) rare;
+    /* Runs of 16 blocks keep run turnover (and its metadata work) rare;
      * pages are touched only as blocks are carved. A heap's first runs of
      * a class are smaller (4, then 8 blocks): a thread that allocates a few
      * blocks of a class then reserves a slab or two, not eight or sixteen,
-     * which other threads' runs would then touch elsewhere. Blocks of
-     * HAK_RUN_SMALL_FROM bytes and more stay at 4 a run (at least 64 KiB,
-     * so turnover is still rare per byte): a run goes back to its
-     * SuperSlab, for any class, only once all its blocks are free, and when
-     * a program frees 90% of its blocks at random that happens to 66% of
-     * 4-block runs but 18% of 16-block ones (fragment: 238 -> 215 MiB,
-     * docs/PERFORMANCE.md). Classes laid over their run (above 64 KiB) keep
-     * one size, which their block-start check (hak_class_run_check)
-     * assumes. */
-    size_t blocks = bs >= HAK_RUN_SMALL_FROM ? 4 : (size_t)4 << level;   /* level < HAK_RUN_LEVELS */
-    size_t n = bs <= HAK_SLAB_SIZE ? (blocks + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs)
-                                   : (blocks * bs + HAK_SLAB_SIZE - 1) / HAK_SLAB_SIZE;
+     * which other threads' runs would then touch elsewhere.
+     * Blocks of HAK_RUN_SMALL_FROM bytes and more get the smallest run
+     * there is: one slab (1 to 4 blocks), or above a slab the fewest blocks
+     * that fill whole slabs (one for 128 and 256 KiB). A run goes back to
+     * its SuperSlab, for any class, only once all its blocks are free, and
+     * its slabs can then serve any class; a free block inside a run in use
+     * serves its own class only. When a program frees 90% of its blocks at
+     * random, that happens to 66% of 4-block runs but 18% of 16-block ones
+     * (fragment: 238 -> 215 MiB), and vectors that double by realloc leave
+     * each class's count swinging (realloc_grow: 4-block runs 65.4 MiB,
+     * these 57.2; fragment 214.4 -> 216.2; docs/PERFORMANCE.md). Classes
+     * laid over their run (above 64 KiB) keep one size, which their
+     * block-start check (hak_class_run_check) assumes. */
+    size_t n;
+    if (bs > HAK_SLAB_SIZE)
+        n = blocks_filling_slabs(bs) * bs / HAK_SLAB_SIZE;
+    else if (bs >= HAK_RUN_SMALL_FROM)
+        n = 1;
+    else
+        n = (((size_t)4 << level) + hak_ss_per_slab(bs) - 1) / hak_ss_per_slab(bs);   /* level < HAK_RUN_LEVELS */
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 

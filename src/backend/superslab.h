@@ -128,10 +128,10 @@ void hak_ss_release(struct hak_superslab *ss);
 /* Blocks per slab for a block size up to 64 KiB (blocks stay inside their
  * slab); 0 above, where they are laid end to end over the run. */
 unsigned hak_ss_per_slab(size_t bs);
-/* Slabs per run for a class: enough for 4 to 16 blocks (see
- * HAK_RUN_SMALL_FROM), at most 16 slabs. */
+/* Slabs per run for a class: enough for 4 to 16 blocks, or, from
+ * HAK_RUN_SMALL_FROM up, as few as fill whole slabs; at most 16 slabs. */
 #define HAK_RUN_LEVELS 3u   /* run sizes a heap steps through for a class */
-#define HAK_RUN_SMALL_FROM (16u << 10)   /* blocks this size and up: 4 a run */
+#define HAK_RUN_SMALL_FROM (16u << 10)   /* blocks this size and up: smallest runs */
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level);
 /* Runs inside a SuperSlab (owner thread only). A run goes where it covers
  * the most dirty slabs (pages some earlier run already touched), so freed

@@ -95,7 +95,7 @@ static void thread_exit(void *arg) {
     (void)arg;
     struct hak_tls *t = &hak_tls;
     if (t->state != 1) return;
-    hak_cache_flush_all(t);
+    hak_cache_flush_all(t, 1);
     for (unsigned c = 0; c < HAK_NBINS; c++) {
         t->bins[c].head = NULL;
         t->bins[c].room = 0;

@@ -16,7 +16,7 @@ int hak_release_unused(void) {
     struct hak_tls *t = &hak_tls;
     size_t released = 0;
     if (t->state == 1 && t->heap) {
-        hak_cache_flush_all(t);
+        hak_cache_flush_all(t, 0);
         released += hak_heap_release_unused(t->heap);
     }
     released += hak_large_release_cache();

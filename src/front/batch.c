@@ -46,12 +46,12 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room) {
         int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
-        hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0));
+        hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0), 0);
     }
     hak_bin_push(b, p);
 }
 
-void hak_cache_flush_all(struct hak_tls *t) {
+void hak_cache_flush_all(struct hak_tls *t, int keep_runs) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
-        if (t->bins[c].head) hak_heap_flush(t->heap, &t->bins[c], hak_bin_count(&t->bins[c]));
+        if (t->bins[c].head) hak_heap_flush(t->heap, &t->bins[c], hak_bin_count(&t->bins[c]), keep_runs);
 }

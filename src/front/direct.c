@@ -21,7 +21,7 @@ static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     struct hak_bin one = { .head = p, .room = 0, .max = 1 };
     hak_block_freed(p);
     hak_link_set(p, NULL);
-    hak_heap_flush(t->heap, &one, 1);
+    hak_heap_flush(t->heap, &one, 1, 0);
 }
 
 const struct hak_cache_ops hak_cache_direct = {

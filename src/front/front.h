@@ -57,7 +57,9 @@ void hak_cache_thread_init(struct hak_tls *t);
  * refill half a bin and pop one block; or flush down to half and push p. */
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls);
 void  hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls);
-/* Thread exit: every cached block back to the heaps that own it. */
-void  hak_cache_flush_all(struct hak_tls *t);
+/* Every cached block back to the heaps that own it: at thread exit
+ * (keep_runs: runs emptied stay with the heap, for the thread that adopts
+ * it) or under memory pressure (they go back to their SuperSlabs). */
+void  hak_cache_flush_all(struct hak_tls *t, int keep_runs);
 
 #endif
