@@ -124,11 +124,61 @@ test_decay_off_keeps_cache (void)
     g_error ("only %zu of %zu freed pages resident with HAKMEM_DECAY_MS=0", resident, total);
 }
 
+/* A heap that frees most of its memory at once gives the free slabs
+ * beyond a bound (32 MiB) back as their runs empty, with no further
+ * malloc and before any clock could: the clock only looks on misses, and
+ * a program that frees 90% and goes on with other work used to keep it
+ * all resident (fragment's final RSS). One block in ten stays live, so
+ * no SuperSlab empties and goes to the pool, which purges on its own. */
+enum { DROP_BLOCKS = 1536, DROP_BLOCK = 64 * 1024 };   /* 96 MiB */
+enum { DROP_BOUND_MIB = 32, DROP_SLACK_MIB = 4 };      /* + a bin of 64 KiB blocks, rounding */
+static void *drop[DROP_BLOCKS];
+
+static void
+test_large_drop_returned_at_once (void)
+{
+  if (!in_process_with_decay ("60000"))
+    return;
+  const size_t page = (size_t) sysconf (_SC_PAGESIZE);
+  for (size_t i = 0; i < DROP_BLOCKS; i++)
+    {
+      drop[i] = T (malloc) (DROP_BLOCK);
+      g_assert_nonnull (drop[i]);
+      memset (drop[i], 0x5A, DROP_BLOCK);
+    }
+  size_t freed_pages = 0, resident = 0;
+  for (size_t i = 0; i < DROP_BLOCKS; i++)
+    if (i % 10 != 0)
+      T (free) (drop[i]);
+  unsigned char vec[DROP_BLOCK / 4096 + 1];
+  for (size_t i = 0; i < DROP_BLOCKS; i++)
+    {
+      if (i % 10 == 0)
+        continue;
+      uintptr_t start = (uintptr_t) drop[i] & ~(uintptr_t) (page - 1);
+      size_t pages = ((uintptr_t) drop[i] + DROP_BLOCK - start + page - 1) / page;
+      g_assert_cmpuint (pages, <=, sizeof vec);
+      freed_pages += pages;
+      if (mincore ((void *) start, pages * page, vec) != 0)
+        continue;
+      for (size_t k = 0; k < pages; k++)
+        resident += vec[k] & 1;
+    }
+  size_t limit = (size_t) (DROP_BOUND_MIB + DROP_SLACK_MIB) * HT_MiB / page;
+  g_test_message ("%zu of %zu freed pages resident", resident, freed_pages);
+  if (resident > limit)
+    g_error ("%zu of %zu freed pages still resident right after the frees (at most %zu expected)",
+             resident, freed_pages, limit);
+  for (size_t i = 0; i < DROP_BLOCKS; i += 10)
+    T (free) (drop[i]);
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/decay/freed-memory-returned", test_freed_memory_returned);
   g_test_add_func ("/decay/off-keeps-cache", test_decay_off_keeps_cache);
+  g_test_add_func ("/decay/large-drop-returned-at-once", test_large_drop_returned_at_once);
   return g_test_run ();
 }

@@ -18,6 +18,7 @@ struct hak_heap_stats {
     uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
+    uint64_t dirty_purges;            /* runs purged as they went back (dirty_free over its bound) */
     uint64_t class_refills[HAK_NCLASS];
     uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
 };
@@ -39,6 +40,9 @@ struct hak_heap {
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     unsigned ss_count;
+    /* Free slabs of its SuperSlabs whose pages some run touched since they
+     * were last purged: resident memory no block uses (hak_heap_dirty_*) */
+    uint32_t dirty_free;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */

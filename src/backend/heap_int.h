@@ -18,6 +18,13 @@ struct hak_heap_registry {
 };
 HAK_DATA struct hak_heap_registry hak_heaps;
 
+/* h->dirty_free bookkeeping (the caller holds h's lock): n more, n fewer
+ * (never below 0: a SuperSlab that comes from the pool brings its own). */
+static inline void hak_heap_dirty_add(struct hak_heap *h, unsigned n) { h->dirty_free += n; }
+static inline void hak_heap_dirty_sub(struct hak_heap *h, unsigned n) {
+    h->dirty_free = h->dirty_free > n ? h->dirty_free - n : 0;
+}
+
 /* heap.c; the caller holds h's lock */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);

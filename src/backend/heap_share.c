@@ -69,6 +69,8 @@ static void ss_move(struct hak_heap *from, struct hak_heap *to, struct hak_super
             hak_heap_partial_push(to, s);
         }
     }
+    hak_heap_dirty_sub(from, hak_ss_dirty_free(ss));
+    hak_heap_dirty_add(to, hak_ss_dirty_free(ss));
     hak_heap_ss_unlink(from, ss);
     ss->prev = NULL;
     ss->next = to->ss_list;

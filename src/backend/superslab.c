@@ -278,6 +278,13 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     ss->free_mask |= run_bits(n) << i;
 }
 
+void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n) {
+    hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
+    uint32_t bits = run_bits(n) << i;
+    ss->dirty_mask &= ~bits;
+    ss->idle_mask &= ~bits;
+}
+
 unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget) {
     if ((int32_t)(now_ms - ss->idle_ms) < (int32_t)period_ms) return 0;
     uint32_t stale = ss->idle_mask & ss->free_mask & ss->dirty_mask;

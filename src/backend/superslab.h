@@ -151,6 +151,12 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
  * the SuperSlab's own, so it carries over from owner to owner. Returns the
  * calls made. */
 unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget);
+/* Gives back the pages of the free slabs i .. i+n-1 of ss now (one call). */
+void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n);
+/* Free slabs of ss whose pages a run touched since they were last purged. */
+static inline unsigned hak_ss_dirty_free(const struct hak_superslab *ss) {
+    return (unsigned)__builtin_popcount(ss->free_mask & ss->dirty_mask);
+}
 /* Purges pool SuperSlabs kept ready for at least period_ms (at most budget
  * of them); returns how many. */
 unsigned hak_ss_pool_decay(uint32_t now_ms, uint32_t period_ms, unsigned budget);

@@ -46,8 +46,10 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->runs_made, (unsigned long long)s->runs_freed,
             (unsigned long long)s->ss_acquired, (unsigned long long)s->ss_released,
             ss.mapped, ss.reused, ss.purged, ss.unmapped, ss.cached, ss.live, ss.live * 2);
-    hak_log("hakmem: decay: ticks %llu, pages given back %llu times (%zu of them whole ready SuperSlabs)\n",
-            (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges, ss.decayed);
+    hak_log("hakmem: decay: ticks %llu, pages given back %llu times (%zu of them whole ready SuperSlabs); "
+            "runs purged as they went back (free slabs over the bound) %llu\n",
+            (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges, ss.decayed,
+            (unsigned long long)s->dirty_purges);
     hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
