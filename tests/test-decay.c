@@ -28,19 +28,22 @@ fill_and_free (void *arg)
   return NULL;
 }
 
-/* Resident pages among those the thread's blocks covered; addresses no
- * longer mapped count as not resident. Nothing is read from them. */
+/* Resident pages among those the n blocks of `size` bytes at b[] covered
+ * (b[i] NULL: skipped); addresses no longer mapped count as not resident.
+ * Nothing is read from them. */
 static size_t
-resident_pages (size_t *total)
+resident_of (void *const *b, size_t n, size_t size, size_t *total)
 {
   const size_t page = (size_t) sysconf (_SC_PAGESIZE);
-  unsigned char vec[BLOCK / 4096 + 1];
+  unsigned char vec[64 * 1024 / 4096 + 1];
   size_t resident = 0;
   *total = 0;
-  for (size_t i = 0; i < NBLOCKS; i++)
+  for (size_t i = 0; i < n; i++)
     {
-      uintptr_t start = (uintptr_t) blocks[i] & ~(uintptr_t) (page - 1);
-      size_t pages = ((uintptr_t) blocks[i] + BLOCK - start + page - 1) / page;
+      if (!b[i])
+        continue;
+      uintptr_t start = (uintptr_t) b[i] & ~(uintptr_t) (page - 1);
+      size_t pages = ((uintptr_t) b[i] + size - start + page - 1) / page;
       g_assert_cmpuint (pages, <=, sizeof vec);
       *total += pages;
       if (mincore ((void *) start, pages * page, vec) != 0)
@@ -49,6 +52,13 @@ resident_pages (size_t *total)
         resident += vec[k] & 1;
     }
   return resident;
+}
+
+/* Resident pages among those the thread's blocks covered. */
+static size_t
+resident_pages (size_t *total)
+{
+  return resident_of (blocks, NBLOCKS, BLOCK, total);
 }
 
 /* Small allocations the main thread's runs already serve, more at once
@@ -146,31 +156,64 @@ test_large_drop_returned_at_once (void)
       g_assert_nonnull (drop[i]);
       memset (drop[i], 0x5A, DROP_BLOCK);
     }
-  size_t freed_pages = 0, resident = 0;
+  void *live[DROP_BLOCKS / 10 + 1];
+  size_t nlive = 0;
   for (size_t i = 0; i < DROP_BLOCKS; i++)
     if (i % 10 != 0)
       T (free) (drop[i]);
-  unsigned char vec[DROP_BLOCK / 4096 + 1];
-  for (size_t i = 0; i < DROP_BLOCKS; i++)
-    {
-      if (i % 10 == 0)
-        continue;
-      uintptr_t start = (uintptr_t) drop[i] & ~(uintptr_t) (page - 1);
-      size_t pages = ((uintptr_t) drop[i] + DROP_BLOCK - start + page - 1) / page;
-      g_assert_cmpuint (pages, <=, sizeof vec);
-      freed_pages += pages;
-      if (mincore ((void *) start, pages * page, vec) != 0)
-        continue;
-      for (size_t k = 0; k < pages; k++)
-        resident += vec[k] & 1;
-    }
+    else
+      {
+        live[nlive++] = drop[i];
+        drop[i] = NULL;   /* resident_of looks at the freed ones only */
+      }
+  size_t freed_pages, resident = resident_of (drop, DROP_BLOCKS, DROP_BLOCK, &freed_pages);
   size_t limit = (size_t) (DROP_BOUND_MIB + DROP_SLACK_MIB) * HT_MiB / page;
   g_test_message ("%zu of %zu freed pages resident", resident, freed_pages);
   if (resident > limit)
     g_error ("%zu of %zu freed pages still resident right after the frees (at most %zu expected)",
              resident, freed_pages, limit);
-  for (size_t i = 0; i < DROP_BLOCKS; i += 10)
-    T (free) (drop[i]);
+  for (size_t i = 0; i < nlive; i++)
+    T (free) (live[i]);
+}
+
+/* A thread that keeps blocks of a class in its cache, then goes on with
+ * other sizes, gives them back: a bin untouched for a decay period is
+ * emptied into the heap, which releases the class's runs and whose clock
+ * then purges them (or hands their pages to the runs of the sizes in use:
+ * so the process's RSS is what is measured, not those blocks' pages).
+ * The 64 KiB blocks here (2 MiB, a bin's worth) used to stay cached, and
+ * resident, for as long as the thread lived. */
+enum { CACHED_BLOCKS = 32, CACHED_BLOCK = 64 * 1024 };
+static void *cached[CACHED_BLOCKS];
+
+static void
+test_idle_cache_returned (void)
+{
+  if (!in_process_with_decay ("10"))
+    return;
+  keep_allocating ();   /* the sizes in use have their runs */
+  size_t before = ht_rss_bytes ();
+  for (size_t i = 0; i < CACHED_BLOCKS; i++)
+    {
+      cached[i] = T (malloc) (CACHED_BLOCK);
+      g_assert_nonnull (cached[i]);
+      memset (cached[i], 0x77, CACHED_BLOCK);
+    }
+  for (size_t i = 0; i < CACHED_BLOCKS; i++)
+    T (free) (cached[i]);
+  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, rss = ht_rss_bytes ();
+  g_assert_cmpuint (rss, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  while (rss >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
+    {
+      g_usleep (2000);
+      keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
+      rss = ht_rss_bytes ();
+    }
+  g_test_message ("RSS %zu KiB before, %zu KiB after", before >> 10, rss >> 10);
+  if (rss >= before + cached_bytes / 4)
+    g_error ("RSS %zu KiB, %zu KiB before 2 MiB went into the thread's cache 10 s ago", rss >> 10,
+             before >> 10);
 }
 
 int
@@ -180,5 +223,6 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/freed-memory-returned", test_freed_memory_returned);
   g_test_add_func ("/decay/off-keeps-cache", test_decay_off_keeps_cache);
   g_test_add_func ("/decay/large-drop-returned-at-once", test_large_drop_returned_at_once);
+  g_test_add_func ("/decay/idle-cache-returned", test_idle_cache_returned);
   return g_test_run ();
 }

@@ -19,6 +19,7 @@ struct hak_heap_stats {
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
     uint64_t dirty_purges;            /* runs purged as they went back (dirty_free over its bound) */
+    uint64_t idle_bins, idle_bin_blocks;   /* bins emptied after a decay period untouched */
     uint64_t class_refills[HAK_NCLASS];
     uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
 };
@@ -49,6 +50,10 @@ struct hak_heap {
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */
     struct hak_heap *next_abandoned;
+    /* Its thread's bins as the last decay tick found them (front/batch.c,
+     * trim_idle_bins; owner only): head of each bin, and the tick count */
+    void *bin_mark[HAK_NBINS];
+    uint64_t bins_seen_tick;
     struct hak_heap_stats st;
 };
 

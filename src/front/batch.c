@@ -28,13 +28,41 @@ static void bin_grow(struct hak_bin *b, uint32_t lim) {
     b->max = grown;
 }
 
+/* Bins nobody touched for a whole decay period go back to the heap, and
+ * start small again: a thread keeps up to 32 KiB of each tiny class and
+ * 2 MiB of each mid one, and a program that moves on to other sizes (a
+ * new phase) or stops freeing a class left those blocks, and the runs
+ * they pin, resident for good (fragment: 25 MiB in bins at the end).
+ * Looked at on misses, once per decay tick of the thread's heap (so
+ * never with HAKMEM_DECAY_MS=0): a bin whose head is the one the last
+ * tick saw had no pop, or a push and pop of that very block only. */
+void hak_cache_trim_idle(struct hak_tls *t) {
+    struct hak_heap *h = t->heap;
+    if (h->bins_seen_tick == h->st.decay_ticks) return;
+    h->bins_seen_tick = h->st.decay_ticks;
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
+        struct hak_bin *b = &t->bins[c];
+        if (b->head && b->head == h->bin_mark[c]) {
+            unsigned n = hak_bin_count(b);
+            hak_heap_flush(h, b, n, 0);
+            h->st.idle_bins++;
+            h->st.idle_bin_blocks += n;
+            uint32_t start = hak_bin_limit[c] < HAK_BIN_START ? hak_bin_limit[c] : HAK_BIN_START;
+            b->room = b->max = start;   /* empty now */
+        }
+        h->bin_mark[c] = b->head;
+    }
+}
+
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
-    return hak_bin_pop(b, b->head);
+    void *p = hak_bin_pop(b, b->head);
+    hak_cache_trim_idle(t);
+    return p;
 }
 
 /* A full bin keeps half its blocks for the thread's next mallocs, unless
@@ -49,6 +77,7 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
         hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0), 0);
     }
     hak_bin_push(b, p);
+    hak_cache_trim_idle(t);
 }
 
 void hak_cache_flush_all(struct hak_tls *t, int keep_runs) {

@@ -13,6 +13,7 @@ static uint32_t direct_capacity(unsigned cls) {
 }
 
 static void *direct_alloc_miss(struct hak_tls *t, unsigned cls) {
+    hak_cache_trim_idle(t);   /* the other box's bins */
     return hak_heap_take_one(t->heap, cls);
 }
 
@@ -22,6 +23,7 @@ static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     hak_block_freed(p);
     hak_link_set(p, NULL);
     hak_heap_flush(t->heap, &one, 1, 0);
+    hak_cache_trim_idle(t);
 }
 
 const struct hak_cache_ops hak_cache_direct = {
