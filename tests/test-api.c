@@ -1,6 +1,8 @@
 /* api: the malloc API's contract (glibc semantics) as served by hakmem. */
 #include "hakmem-test.h"
 
+#include <pthread.h>
+
 static void
 test_malloc_zero (void)
 {
@@ -53,6 +55,56 @@ test_malloc_huge (void)
   void *p = T (malloc) (100);
   g_assert_nonnull (p);
   T (free) (p);
+}
+
+/* SuperSlabs released from heaps so far, as hak_print_stats() reports. */
+static unsigned long long
+stats_superslabs_released (void)
+{
+  char line[512];
+  unsigned long long made = 0, freed = 0, acquired = 0, released = 0;
+  ht_stats_line ("hakmem: superslab:", line, sizeof line);
+  g_assert_cmpint (sscanf (line, "hakmem: superslab: runs made %llu freed %llu; superslabs acquired %llu released %llu",
+                           &made, &freed, &acquired, &released), ==, 4);
+  return released;
+}
+
+/* A size no memory could satisfy is refused as it is: the caches stay.
+ * (A refused mapping makes the thread's caches, empty runs and SuperSlabs
+ * go back before one more try, core/pressure.c; for such a size, every
+ * one of them was then mapped again: found by a review.) */
+static void *
+huge_in_fresh_heap (void *arg)
+{
+  (void) arg;
+  /* a new thread's heap: one SuperSlab, whose only run has its one block
+   * cached in this thread's bin, so that a release would free it all */
+  void *p = T (malloc) (3000);
+  g_assert_nonnull (p);
+  T (free) (p);
+  unsigned long long before = stats_superslabs_released ();
+  for (int i = 0; i < 100; i++)
+    {
+      errno = 0;
+      g_assert_null (T (malloc) (ht_opaque (SIZE_MAX / 2)));
+      g_assert_cmpint (errno, ==, ENOMEM);
+    }
+  g_assert_cmpuint (stats_superslabs_released (), ==, before);
+  return NULL;
+}
+
+static void
+test_malloc_huge_keeps_caches (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, huge_in_fresh_heap, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
 }
 
 static void
@@ -648,6 +700,7 @@ main (int argc, char **argv)
   g_test_add_func ("/api/malloc-zero", test_malloc_zero);
   g_test_add_func ("/api/malloc-small", test_malloc_small);
   g_test_add_func ("/api/malloc-huge-enomem", test_malloc_huge);
+  g_test_add_func ("/api/malloc-huge-keeps-caches", test_malloc_huge_keeps_caches);
   g_test_add_func ("/api/free-null", test_free_null);
   g_test_add_func ("/api/free-preserves-errno", test_free_preserves_errno);
   g_test_add_func ("/api/calloc-zeroes", test_calloc_zeroes);

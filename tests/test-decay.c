@@ -178,21 +178,42 @@ test_large_drop_returned_at_once (void)
 
 /* A thread that keeps blocks of a class in its cache, then goes on with
  * other sizes, gives them back: a bin untouched for a decay period is
- * emptied into the heap, which releases the class's runs and whose clock
- * then purges them (or hands their pages to the runs of the sizes in use:
- * so the process's RSS is what is measured, not those blocks' pages).
- * The 64 KiB blocks here (2 MiB, a bin's worth) used to stay cached, and
- * resident, for as long as the thread lived. */
+ * emptied into the heap, which releases the class's runs (whose pages the
+ * clock then purges, as the cases above check, or hands to the runs of
+ * the sizes in use). The 64 KiB blocks here (2 MiB, a bin's worth) used
+ * to stay cached, and out of their runs, for as long as the thread lived.
+ * Measured with the allocator's own count of bytes out of runs (in use or
+ * cached): the process's RSS would count a sanitizer's memory too. */
 enum { CACHED_BLOCKS = 32, CACHED_BLOCK = 64 * 1024 };
 static void *cached[CACHED_BLOCKS];
+
+/* Bytes of small blocks out of their runs (in use or in thread caches),
+ * as hak_print_stats() reports them. */
+static size_t
+stats_bytes_out (void)
+{
+  char line[512];
+  unsigned heaps = 0;
+  size_t kib = 0;
+  ht_stats_line ("hakmem: stats: heaps", line, sizeof line);
+  g_assert_cmpint (sscanf (line, "hakmem: stats: heaps %u; small blocks out %zu KiB", &heaps, &kib),
+                   ==, 2);
+  return kib * 1024;
+}
 
 static void
 test_idle_cache_returned (void)
 {
+  const char *pool = g_getenv ("HAKMEM_POOL");
+  if (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0))
+    {
+      g_test_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=disabled): 64 KiB blocks are not cached");
+      return;
+    }
   if (!in_process_with_decay ("10"))
     return;
   keep_allocating ();   /* the sizes in use have their runs */
-  size_t before = ht_rss_bytes ();
+  size_t before = stats_bytes_out ();
   for (size_t i = 0; i < CACHED_BLOCKS; i++)
     {
       cached[i] = T (malloc) (CACHED_BLOCK);
@@ -201,19 +222,129 @@ test_idle_cache_returned (void)
     }
   for (size_t i = 0; i < CACHED_BLOCKS; i++)
     T (free) (cached[i]);
-  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, rss = ht_rss_bytes ();
-  g_assert_cmpuint (rss, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
+  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = stats_bytes_out ();
+  g_assert_cmpuint (out, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
   gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
-  while (rss >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
+  while (out >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
       keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
-      rss = ht_rss_bytes ();
+      out = stats_bytes_out ();
     }
-  g_test_message ("RSS %zu KiB before, %zu KiB after", before >> 10, rss >> 10);
-  if (rss >= before + cached_bytes / 4)
-    g_error ("RSS %zu KiB, %zu KiB before 2 MiB went into the thread's cache 10 s ago", rss >> 10,
-             before >> 10);
+  g_test_message ("%zu KiB out of runs before, %zu KiB after", before >> 10, out >> 10);
+  if (out >= before + cached_bytes / 4)
+    g_error ("%zu KiB out of runs, %zu KiB before 2 MiB went into the thread's cache 10 s ago",
+             out >> 10, before >> 10);
+}
+
+/* The count of free slabs that bounds them (32 MiB) follows the clock's
+ * purges: a heap whose free slabs never come near the bound makes no
+ * purge as runs go back. The count once missed the clock's purges and
+ * SuperSlabs leaving the heap, grew by each cycle's 14 MiB and, stuck
+ * past the bound, had every run released purged at once (999 times in 40
+ * of these cycles; found by a review). */
+enum { CYCLE_BLOCKS = 224, CYCLE_BLOCK = 64 * 1024, CYCLES = 12 };   /* 14 MiB a cycle */
+static void *cycle_blocks[CYCLE_BLOCKS];
+
+static unsigned long long
+stats_runs_purged_at_once (void)
+{
+  char line[512];
+  ht_stats_line ("hakmem: decay:", line, sizeof line);
+  const char *at = strstr (line, "(free slabs over the bound) ");
+  g_assert_nonnull (at);
+  return g_ascii_strtoull (at + strlen ("(free slabs over the bound) "), NULL, 10);
+}
+
+static void
+test_bound_follows_purges (void)
+{
+  if (!in_process_with_decay ("10"))
+    return;
+  for (int c = 0; c < CYCLES; c++)
+    {
+      for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        {
+          cycle_blocks[i] = T (malloc) (CYCLE_BLOCK);
+          g_assert_nonnull (cycle_blocks[i]);
+          memset (cycle_blocks[i], c, 4096);
+        }
+      for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        if (i % 16 != 0)   /* one in 16 stays: its SuperSlab stays with the heap */
+          {
+            T (free) (cycle_blocks[i]);
+            cycle_blocks[i] = NULL;
+          }
+      for (int k = 0; k < 6; k++)   /* a few decay periods with misses: the clock purges */
+        {
+          g_usleep (12 * 1000);
+          keep_allocating ();
+        }
+      for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        T (free) (cycle_blocks[i]);
+    }
+  unsigned long long purged = stats_runs_purged_at_once ();
+  if (purged)
+    g_error ("%llu runs purged as they went back, with at most 14 MiB of free slabs", purged);
+}
+
+/* Runs a thread's exit kept for the thread that adopts its heap go back
+ * once that thread has left them unused for a decay period, and their
+ * pages with them: they used to stay with the adopter for good (2 MiB of
+ * 16 KiB blocks here; found by a review). Measured as the fall of the
+ * process's RSS while the adopter works with other sizes. */
+enum { KEPT_BLOCKS = 128, KEPT_BLOCK = 16 * 1024 };
+
+static void *
+fill_kept_and_exit (void *arg)
+{
+  (void) arg;
+  void *b[KEPT_BLOCKS];
+  for (size_t i = 0; i < KEPT_BLOCKS; i++)
+    {
+      b[i] = T (malloc) (KEPT_BLOCK);
+      g_assert_nonnull (b[i]);
+      memset (b[i], 0x21, KEPT_BLOCK);
+    }
+  for (size_t i = 0; i < KEPT_BLOCKS; i++)
+    T (free) (b[i]);
+  return NULL;   /* its heap is abandoned with those runs */
+}
+
+static void *
+adopt_and_work (void *arg)
+{
+  size_t *fell = arg;
+  keep_allocating ();   /* set up: this thread adopted the heap */
+  size_t start = ht_rss_bytes (), low = start;
+  gint64 deadline = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  while (start - low < (size_t) KEPT_BLOCKS * KEPT_BLOCK / 2 && g_get_monotonic_time () < deadline)
+    {
+      g_usleep (2000);
+      keep_allocating ();
+      size_t rss = ht_rss_bytes ();
+      if (rss < low)
+        low = rss;
+    }
+  *fell = start - low;
+  return NULL;
+}
+
+static void
+test_kept_runs_released (void)
+{
+  if (!in_process_with_decay ("10"))
+    return;
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, fill_kept_and_exit, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t fell = 0;
+  g_assert_cmpint (pthread_create (&t, NULL, adopt_and_work, &fell), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  g_test_message ("RSS fell by %zu KiB", fell >> 10);
+  if (fell < (size_t) KEPT_BLOCKS * KEPT_BLOCK / 2)
+    g_error ("RSS fell by %zu KiB in 5 s; the exited thread left %zu KiB in runs", fell >> 10,
+             (size_t) KEPT_BLOCKS * KEPT_BLOCK >> 10);
 }
 
 int
@@ -224,5 +355,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/off-keeps-cache", test_decay_off_keeps_cache);
   g_test_add_func ("/decay/large-drop-returned-at-once", test_large_drop_returned_at_once);
   g_test_add_func ("/decay/idle-cache-returned", test_idle_cache_returned);
+  g_test_add_func ("/decay/bound-follows-purges", test_bound_follows_purges);
+  g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
   return g_test_run ();
 }

@@ -68,9 +68,34 @@ struct hak_heap *hak_heap_acquire(void) {
  * most `budget` calls; returns the calls made. */
 static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t period, unsigned budget) {
     unsigned calls = 0;
-    for (struct hak_superslab *ss = h->ss_list; ss && calls < budget; ss = ss->next)
+    for (struct hak_superslab *ss = h->ss_list; ss && calls < budget; ss = ss->next) {
+        unsigned before = hak_ss_dirty_free(ss);
         calls += hak_ss_purge_idle(ss, now, period, budget - calls);
+        hak_heap_dirty_sub(h, before - hak_ss_dirty_free(ss));
+    }
     return calls;
+}
+
+/* Partly used runs with no block out are kept only by a thread's exit
+ * (for the thread that adopts its heap: hak_heap_flush's keep_empty) or by
+ * a borrower's drain: a run found empty at two ticks in a row went unused
+ * for a whole period and goes back to its SuperSlab, where the clock
+ * purges its slabs. Without this, an adopter that never used those
+ * classes kept their pages for as long as it lived. */
+static void release_runs_empty_for_a_period(struct hak_heap *h) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
+        for (struct hak_slab *next, *s = h->partial[c]; s; s = next) {
+            next = s->next;
+            if (s->used) {
+                s->seen_empty = 0;
+            } else if (!s->seen_empty) {
+                s->seen_empty = 1;
+            } else {
+                hak_heap_partial_unlink(h, s);
+                hak_heap_run_release(h, hak_ss_of_slab(s), s, 1);
+            }
+        }
+    }
 }
 
 void hak_heap_decay(struct hak_heap *h) {
@@ -80,6 +105,7 @@ void hak_heap_decay(struct hak_heap *h) {
     if (!period || (int32_t)(now - h->decay_at) < 0) return;
     h->decay_at = now + period;
     h->st.decay_ticks++;
+    release_runs_empty_for_a_period(h);
     unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;
@@ -101,6 +127,7 @@ static void heap_trim(struct hak_heap *h) {
     while (ss) {
         struct hak_superslab *next = ss->next;
         if (ss->free_mask == HAK_SS_ALL_FREE) {
+            hak_heap_dirty_sub(h, hak_ss_dirty_free(ss));
             hak_heap_ss_unlink(h, ss);
             h->st.ss_released++;
             hak_ss_release(ss);

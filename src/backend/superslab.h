@@ -40,6 +40,7 @@ struct hak_slab {
     uint8_t nslabs;
     uint8_t state;
     uint8_t index;           /* slab index in its SuperSlab */
+    uint8_t seen_empty;      /* a partial run with no block out at its heap's last decay tick */
     uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (> 64 KiB) */
 };
 

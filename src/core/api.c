@@ -66,11 +66,16 @@ static void *alloc_class(unsigned cls) {
 
 /* A large block; when the OS refuses the mapping, once more after what
  * the process keeps cached went back (core/pressure.c). errno is left as
- * it was when the second try succeeds. */
+ * it was when the second try succeeds. A request above HAK_PRESSURE_MAX
+ * is refused for its size, not for want of room that caches could make:
+ * it keeps the caches (a program probing with absurd sizes made every
+ * one of them be mapped again). */
+#define HAK_PRESSURE_MAX ((size_t)1 << 40)
 static void *large_alloc(size_t size, size_t align, int *reused) {
     int saved = errno;
     void *p = hak_large_alloc(size, align, reused);
-    if (HAK_UNLIKELY(!p) && hak_release_unused() && (p = hak_large_alloc(size, align, reused)))
+    if (HAK_UNLIKELY(!p) && size <= HAK_PRESSURE_MAX && hak_release_unused() &&
+        (p = hak_large_alloc(size, align, reused)))
         errno = saved;
     return p;
 }
