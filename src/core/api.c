@@ -379,7 +379,11 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
             /* mremap may move it: to memcheck, the old block ends here and
              * the result (or, on failure, the old block again) begins */
             hak_track_free(p);
+            int saved = errno;
             void *q = hak_large_realloc(h, size);
+            /* refused by the OS: once more after what is cached went back */
+            if (!q && size <= HAK_PRESSURE_MAX && hak_release_unused() && (q = hak_large_realloc(h, size)))
+                errno = saved;
             hak_track_alloc(q ? q : p, block_usable(q ? q : p), 1);   /* moved bytes and new zero pages are defined */
             return q;
         }

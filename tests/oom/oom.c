@@ -516,6 +516,40 @@ case_fill (int range, int cross)
   free (recs);
 }
 
+/* A large block that grows by realloc after a fill of mid sizes up to the
+ * limit was freed: the address space the caches keep for those sizes must
+ * not make the growth fail (mremap needs room for the larger span). */
+static void
+case_grow_after_mid (void)
+{
+  size_t max = 4 * 1024 * 1024;
+  struct rec *recs = calloc (max, sizeof *recs);
+  if (!recs)
+    {
+      FAIL ("calloc for the records");
+      return;
+    }
+  unsigned char *p = A (malloc) (opaque (512 * KiB));   /* before the limit */
+  if (!p)
+    {
+      FAIL ("malloc(512 KiB) before the limit");
+      return;
+    }
+  fill (p, 4096, 5);
+  int rc = set_limit ();
+  if (rc)
+    exit (rc == EXIT_SKIP ? EXIT_SKIP : 1);
+  if (fill_round (1, recs, max, 1) == 0)
+    FAIL ("range 1: not a single allocation fitted under the limit");
+  void *q = A (realloc) (p, opaque (8 * MiB));
+  if (!q)
+    FAIL ("realloc(512 KiB -> 8 MiB) after freeing everything returned NULL");
+  else if (check (q, 4096, 5) != SIZE_MAX)
+    FAIL ("realloc(512 KiB -> 8 MiB) damaged the block");
+  A (free) (q ? q : p);
+  free (recs);
+}
+
 static void case_fill_tiny (void) { case_fill (0, 0); }
 static void case_fill_mid (void) { case_fill (1, 0); }
 static void case_fill_large (void) { case_fill (2, 0); }
@@ -538,6 +572,7 @@ static const struct
   { "reuse-after-tiny", case_reuse_tiny },
   { "reuse-after-mid", case_reuse_mid },
   { "reuse-after-large", case_reuse_large },
+  { "grow-after-mid", case_grow_after_mid },
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
