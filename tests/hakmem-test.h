@@ -298,4 +298,46 @@ ht_stats_line (const char *prefix, char *line, size_t n)
     g_error ("hak_print_stats() printed no line starting with \"%s\"", prefix);
 }
 
+/* n blocks of `size` bytes into b[], each written in full with `byte`. */
+static inline void
+ht_alloc_filled (void **b, size_t n, size_t size, int byte)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      b[i] = T (malloc) (size);
+      g_assert_nonnull (b[i]);
+      memset (b[i], byte, size);
+    }
+}
+
+/* TRUE in a fresh process that runs the calling test case (with the
+ * allocator's state of a new process); in the test's own process, starts
+ * it, checks that it passed and returns FALSE. */
+static inline gboolean
+ht_in_fresh_process (void)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+/* One number of hak_print_stats(): `format` is the start of its line, up
+ * to and including one %llu conversion (others skipped with %*llu or %*u),
+ * e.g. "hakmem: remote: frees %llu". Fails the test if it does not match. */
+static inline unsigned long long
+ht_stats_number (const char *format)
+{
+  char line[512];
+  size_t prefix = strcspn (format, "%");
+  gchar *start = g_strndup (format, prefix);
+  ht_stats_line (start, line, sizeof line);
+  g_free (start);
+  unsigned long long value = 0;
+  if (sscanf (line, format, &value) != 1)
+    g_error ("stats line \"%s\" does not match \"%s\"", g_strchomp (line), format);
+  return value;
+}
+
 #endif

@@ -11,20 +11,21 @@
 enum { NBLOCKS = 128, BLOCK = 32 * 1024 };   /* 4 MiB: two or three SuperSlabs */
 static void *blocks[NBLOCKS];
 
+static void
+free_all (void *const *b, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    T (free) (b[i]);
+}
+
 /* A thread that fills 4 MiB and frees it all before it exits: its heap's
  * SuperSlabs end up empty, in the pool of ready ones. */
 static void *
 fill_and_free (void *arg)
 {
   (void) arg;
-  for (size_t i = 0; i < NBLOCKS; i++)
-    {
-      blocks[i] = T (malloc) (BLOCK);
-      g_assert_nonnull (blocks[i]);
-      memset (blocks[i], 0x3C, BLOCK);
-    }
-  for (size_t i = 0; i < NBLOCKS; i++)
-    T (free) (blocks[i]);
+  ht_alloc_filled (blocks, NBLOCKS, BLOCK, 0x3C);
+  free_all (blocks, NBLOCKS);
   return NULL;
 }
 
@@ -150,12 +151,7 @@ test_large_drop_returned_at_once (void)
   if (!in_process_with_decay ("60000"))
     return;
   const size_t page = (size_t) sysconf (_SC_PAGESIZE);
-  for (size_t i = 0; i < DROP_BLOCKS; i++)
-    {
-      drop[i] = T (malloc) (DROP_BLOCK);
-      g_assert_nonnull (drop[i]);
-      memset (drop[i], 0x5A, DROP_BLOCK);
-    }
+  ht_alloc_filled (drop, DROP_BLOCKS, DROP_BLOCK, 0x5A);
   void *live[DROP_BLOCKS / 10 + 1];
   size_t nlive = 0;
   for (size_t i = 0; i < DROP_BLOCKS; i++)
@@ -172,8 +168,7 @@ test_large_drop_returned_at_once (void)
   if (resident > limit)
     g_error ("%zu of %zu freed pages still resident right after the frees (at most %zu expected)",
              resident, freed_pages, limit);
-  for (size_t i = 0; i < nlive; i++)
-    T (free) (live[i]);
+  free_all (live, nlive);
 }
 
 /* A thread that keeps blocks of a class in its cache, then goes on with
@@ -192,13 +187,7 @@ static void *cached[CACHED_BLOCKS];
 static size_t
 stats_bytes_out (void)
 {
-  char line[512];
-  unsigned heaps = 0;
-  size_t kib = 0;
-  ht_stats_line ("hakmem: stats: heaps", line, sizeof line);
-  g_assert_cmpint (sscanf (line, "hakmem: stats: heaps %u; small blocks out %zu KiB", &heaps, &kib),
-                   ==, 2);
-  return kib * 1024;
+  return (size_t) ht_stats_number ("hakmem: stats: heaps %*u; small blocks out %llu") * 1024;
 }
 
 static void
@@ -214,14 +203,8 @@ test_idle_cache_returned (void)
     return;
   keep_allocating ();   /* the sizes in use have their runs */
   size_t before = stats_bytes_out ();
-  for (size_t i = 0; i < CACHED_BLOCKS; i++)
-    {
-      cached[i] = T (malloc) (CACHED_BLOCK);
-      g_assert_nonnull (cached[i]);
-      memset (cached[i], 0x77, CACHED_BLOCK);
-    }
-  for (size_t i = 0; i < CACHED_BLOCKS; i++)
-    T (free) (cached[i]);
+  ht_alloc_filled (cached, CACHED_BLOCKS, CACHED_BLOCK, 0x77);
+  free_all (cached, CACHED_BLOCKS);
   size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = stats_bytes_out ();
   g_assert_cmpuint (out, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
   gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
@@ -249,11 +232,9 @@ static void *cycle_blocks[CYCLE_BLOCKS];
 static unsigned long long
 stats_runs_purged_at_once (void)
 {
-  char line[512];
-  ht_stats_line ("hakmem: decay:", line, sizeof line);
-  const char *at = strstr (line, "(free slabs over the bound) ");
-  g_assert_nonnull (at);
-  return g_ascii_strtoull (at + strlen ("(free slabs over the bound) "), NULL, 10);
+  return ht_stats_number ("hakmem: decay: ticks %*llu, pages given back %*llu times (%*llu of them whole "
+                          "ready SuperSlabs); runs purged as they went back (free slabs over the "
+                          "bound) %llu");
 }
 
 static void
@@ -263,12 +244,7 @@ test_bound_follows_purges (void)
     return;
   for (int c = 0; c < CYCLES; c++)
     {
-      for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-        {
-          cycle_blocks[i] = T (malloc) (CYCLE_BLOCK);
-          g_assert_nonnull (cycle_blocks[i]);
-          memset (cycle_blocks[i], c, 4096);
-        }
+      ht_alloc_filled (cycle_blocks, CYCLE_BLOCKS, CYCLE_BLOCK, c);
       for (size_t i = 0; i < CYCLE_BLOCKS; i++)
         if (i % 16 != 0)   /* one in 16 stays: its SuperSlab stays with the heap */
           {
@@ -301,14 +277,8 @@ static void *
 fill_kept_and_exit (void *arg)
 {
   (void) arg;
-  for (size_t i = 0; i < KEPT_BLOCKS; i++)
-    {
-      kept[i] = T (malloc) (KEPT_BLOCK);
-      g_assert_nonnull (kept[i]);
-      memset (kept[i], 0x21, KEPT_BLOCK);
-    }
-  for (size_t i = 0; i < KEPT_BLOCKS; i++)
-    T (free) (kept[i]);
+  ht_alloc_filled (kept, KEPT_BLOCKS, KEPT_BLOCK, 0x21);
+  free_all (kept, KEPT_BLOCKS);
   return NULL;   /* its heap is abandoned with those runs */
 }
 

@@ -612,22 +612,14 @@ chain_thread (void *arg)
 static unsigned
 stats_heap_count (void)
 {
-  char line[512];
-  unsigned heaps = 0;
-  ht_stats_line ("hakmem: stats: heaps", line, sizeof line);
-  g_assert_cmpint (sscanf (line, "hakmem: stats: heaps %u", &heaps), ==, 1);
-  return heaps;
+  return (unsigned) ht_stats_number ("hakmem: stats: heaps %llu");
 }
 
 /* Runs made so far, in every heap, as hak_print_stats() reports them. */
 static unsigned long long
 stats_runs_made (void)
 {
-  char line[512];
-  unsigned long long made = 0;
-  ht_stats_line ("hakmem: superslab:", line, sizeof line);
-  g_assert_cmpint (sscanf (line, "hakmem: superslab: runs made %llu", &made), ==, 1);
-  return made;
+  return ht_stats_number ("hakmem: superslab: runs made %llu");
 }
 
 static void
@@ -727,17 +719,6 @@ test_successor_reuses_runs (void)
   g_test_trap_assert_passed ();
 }
 
-/* Allocates n blocks of `size` bytes into b[], each filled with `byte`. */
-static void
-alloc_filled (void **b, int n, size_t size, int byte)
-{
-  for (int i = 0; i < n; i++)
-    {
-      b[i] = T (malloc) (size);
-      g_assert_nonnull (b[i]);
-      memset (b[i], byte, size);
-    }
-}
 
 /* Checks that the n blocks of b[] still hold `byte` everywhere, and frees them. */
 static void
@@ -766,13 +747,7 @@ rerun_with_decay_10ms (void)
 static unsigned long long
 stats_superslabs_acquired (void)
 {
-  char line[512];
-  unsigned long long made, freed, acquired, released, mapped = 0;
-  ht_stats_line ("hakmem: superslab:", line, sizeof line);
-  g_assert_cmpint (sscanf (line, "hakmem: superslab: runs made %llu freed %llu; superslabs "
-                           "acquired %llu released %llu; pool: mapped %llu",
-                           &made, &freed, &acquired, &released, &mapped), ==, 5);
-  return acquired;
+  return ht_stats_number ("hakmem: superslab: runs made %*llu freed %*llu; superslabs acquired %llu");
 }
 
 /* A thread that leaves half of its blocks to the main thread and exits:
@@ -786,7 +761,7 @@ static void *left_blocks[LEFT_BLOCKS];
 static void *
 leave_half (void *arg)
 {
-  alloc_filled (left_blocks, LEFT_BLOCKS, LEFT_SIZE, 0x5A);
+  ht_alloc_filled (left_blocks, LEFT_BLOCKS, LEFT_SIZE, 0x5A);
   for (int i = 0; i < LEFT_BLOCKS; i += 2)
     T (free) (left_blocks[i]);
   return arg;
@@ -801,7 +776,7 @@ test_exited_heap_memory_reused (void)
       g_usleep (50 * 1000);   /* five decay periods: nobody adopted the heap */
       unsigned long long before = stats_superslabs_acquired ();
       static void *mine[LEFT_BLOCKS / 2];
-      alloc_filled (mine, LEFT_BLOCKS / 2, LEFT_SIZE, 0x3C);
+      ht_alloc_filled (mine, LEFT_BLOCKS / 2, LEFT_SIZE, 0x3C);
       unsigned long long after = stats_superslabs_acquired ();
       g_test_message ("SuperSlabs acquired: %llu before, %llu after", before, after);
       /* 8 MiB needs four or five more SuperSlabs if nothing is reused */
@@ -833,7 +808,7 @@ replace_setup_blocks (void *arg)
    * periods old by now */
   g_usleep (50 * 1000);
   unsigned long long before = stats_superslabs_acquired ();
-  alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x22);
+  ht_alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x22);
   *(unsigned long long *) arg = stats_superslabs_acquired () - before;
   return NULL;
 }
@@ -843,7 +818,7 @@ test_idle_owner_memory_reused (void)
 {
   if (g_test_subprocess ())
     {
-      alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x11);
+      ht_alloc_filled (setup_blocks, SETUP_BLOCKS, SETUP_SIZE, 0x11);
       unsigned long long acquired = 0;
       join (spawn (replace_setup_blocks, &acquired));
       g_test_message ("the worker took %llu SuperSlabs for 4 MiB", acquired);
@@ -874,7 +849,7 @@ static void *
 double_free_borrowed (void *arg)
 {
   static void *mine[LENT_TAKEN], *more[30000];
-  alloc_filled (mine, LENT_TAKEN, LENT_SIZE, 0x55);
+  ht_alloc_filled (mine, LENT_TAKEN, LENT_SIZE, 0x55);
   void *p = mine[0];
   for (int i = 1; i < LENT_TAKEN / 2; i++)
     T (free) (mine[i]);
@@ -900,16 +875,13 @@ test_borrowed_double_free (void)
 {
   if (g_test_subprocess ())
     {
-      alloc_filled (lent, LENT_BLOCKS, LENT_SIZE, 0x44);
+      ht_alloc_filled (lent, LENT_BLOCKS, LENT_SIZE, 0x44);
       join (spawn (free_lent, NULL));   /* back to the main heap's inbox */
       g_usleep (60 * 1000);            /* the main heap is idle: it lends */
       join (spawn (double_free_borrowed, NULL));
-      char line[512];
-      unsigned long long larger = 0, borrowed = 0;
-      ht_stats_line ("hakmem: refills from", line, sizeof line);
-      g_assert_cmpint (sscanf (line, "hakmem: refills from a larger class's runs (instead of a "
-                               "new run): %llu blocks; from other heaps' runs: %llu",
-                               &larger, &borrowed), ==, 2);
+      unsigned long long borrowed = ht_stats_number (
+          "hakmem: refills from a larger class's runs (instead of a new run): %*llu blocks; "
+          "from other heaps' runs: %llu");
       g_assert_cmpuint (borrowed, >, 0);   /* the case this test is about */
       return;
     }
@@ -944,11 +916,7 @@ consume_and_wait (void *arg)
 static unsigned long long
 stats_remote_frees (void)
 {
-  char line[512];
-  unsigned long long frees = 0;
-  ht_stats_line ("hakmem: remote:", line, sizeof line);
-  g_assert_cmpint (sscanf (line, "hakmem: remote: frees %llu", &frees), ==, 1);
-  return frees;
+  return ht_stats_number ("hakmem: remote: frees %llu");
 }
 
 static void
@@ -957,7 +925,7 @@ test_consumer_keeps_few_blocks (void)
   if (g_test_subprocess ())
     {
       for (int c = 0; c < CONSUMED_CLASSES; c++)
-        alloc_filled (consumed + c * CONSUMED_PER_CLASS, CONSUMED_PER_CLASS,
+        ht_alloc_filled (consumed + c * CONSUMED_PER_CLASS, CONSUMED_PER_CLASS,
                       48 * (size_t) (c + 1), c);
       pthread_t t = spawn (consume_and_wait, NULL);
       while (!g_atomic_int_get (&consumer_done))
@@ -997,7 +965,7 @@ static void *
 alloc_carved_class (void *arg)
 {
   void **b = arg;
-  alloc_filled (b, CARVED_WANTED, CARVED_SIZE, 0x3c);
+  ht_alloc_filled (b, CARVED_WANTED, CARVED_SIZE, 0x3c);
   return NULL;
 }
 
