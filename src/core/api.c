@@ -134,6 +134,14 @@ static void free_small(void *p, unsigned cls) {
 HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
     const struct hak_class_check *m =
         (const struct hak_class_check *)((const char *)hak_class_magic + tag);
+    if (m->mul && (uint64_t)(uint16_t)(uintptr_t)p * m->mul < m->limit &&
+        hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK) {
+        /* it passed the hit path's checks: its bin was full (a consumer's
+         * every eighth free). No second classification (70 instructions
+         * in producer_consumer's 25,000 such frees of 200,000). */
+        free_small(p, (unsigned)(tag / HAK_TAG_SCALE));
+        return;
+    }
     if (m->mul == 0 && tag != HAK_CLASS_INVALID) {
         /* a tag other than 0 means p's chunk is a plain SuperSlab */
         unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
