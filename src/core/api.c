@@ -71,11 +71,14 @@ static void *alloc_class(unsigned cls) {
  * it keeps the caches (a program probing with absurd sizes made every
  * one of them be mapped again). */
 #define HAK_PRESSURE_MAX ((size_t)1 << 40)
+static int worth_retrying(size_t size) {
+    return size <= HAK_PRESSURE_MAX && hak_release_unused();
+}
+
 static void *large_alloc(size_t size, size_t align, int *reused) {
     int saved = errno;
     void *p = hak_large_alloc(size, align, reused);
-    if (HAK_UNLIKELY(!p) && size <= HAK_PRESSURE_MAX && hak_release_unused() &&
-        (p = hak_large_alloc(size, align, reused)))
+    if (HAK_UNLIKELY(!p) && worth_retrying(size) && (p = hak_large_alloc(size, align, reused)))
         errno = saved;
     return p;
 }
@@ -132,16 +135,15 @@ static void free_small(void *p, unsigned cls) {
  * needs checking. The multi-slab case is the Pool TLS hit path for sizes
  * above 64 KiB, so it stays short. */
 HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
-    const struct hak_class_check *m =
-        (const struct hak_class_check *)((const char *)hak_class_magic + tag);
-    if (m->mul && (uint64_t)(uint16_t)(uintptr_t)p * m->mul < m->limit &&
-        hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK) {
+    if (hak_tag_live(p, tag)) {
         /* it passed the hit path's checks: its bin was full (a consumer's
          * every eighth free). No second classification (70 instructions
          * in producer_consumer's 25,000 such frees of 200,000). */
         free_small(p, (unsigned)(tag / HAK_TAG_SCALE));
         return;
     }
+    const struct hak_class_check *m =
+        (const struct hak_class_check *)((const char *)hak_class_magic + tag);
     if (m->mul == 0 && tag != HAK_CLASS_INVALID) {
         /* a tag other than 0 means p's chunk is a plain SuperSlab */
         unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
@@ -307,13 +309,19 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     return 0;
 }
 
-/* Moves p's first `keep` bytes to a new block of `size` bytes. */
-static void *move_block(void *p, size_t keep, size_t size) {
+/* A new block of `size` bytes holding p's first `keep` bytes (p stays). */
+static void *copy_to_new(void *p, size_t keep, size_t size) {
     void *q = hak_alloc_inline(size);
     if (!q) return NULL;
     hak_track_alloc(q, block_usable(q), 0);
     memcpy(q, p, keep < size ? keep : size);
-    hak_free_inline(p);
+    return q;
+}
+
+/* Moves p's first `keep` bytes to a new block of `size` bytes. */
+static void *move_block(void *p, size_t keep, size_t size) {
+    void *q = copy_to_new(p, keep, size);
+    if (q) hak_free_inline(p);
     return q;
 }
 
@@ -333,18 +341,12 @@ static void free_moved(void *p, size_t old) {
         hak_free_inline(p);
         return;
     }
-    struct hak_bin one = { .head = p, .room = 0, .max = 1 };
-    hak_block_freed(p);
-    hak_link_set(p, NULL);
-    hak_heap_flush(t->heap, &one, 1, 0);
+    hak_cache_free_to_heap(t, p);
 }
 
 static void *move_small(void *p, size_t old, size_t size) {
-    void *q = hak_alloc_inline(size);
-    if (!q) return NULL;
-    hak_track_alloc(q, block_usable(q), 0);
-    memcpy(q, p, old < size ? old : size);
-    free_moved(p, old);
+    void *q = copy_to_new(p, old, size);
+    if (q) free_moved(p, old);
     return q;
 }
 
@@ -390,7 +392,7 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
             int saved = errno;
             void *q = hak_large_realloc(h, size);
             /* refused by the OS: once more after what is cached went back */
-            if (!q && size <= HAK_PRESSURE_MAX && hak_release_unused() && (q = hak_large_realloc(h, size)))
+            if (!q && worth_retrying(size) && (q = hak_large_realloc(h, size)))
                 errno = saved;
             hak_track_alloc(q ? q : p, block_usable(q ? q : p), 1);   /* moved bytes and new zero pages are defined */
             return q;

@@ -101,16 +101,21 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
  * all HAK_CLASS_INVALID, as are free slabs and the header. That class's
  * check (mul = limit = 0) always fails, so such a pointer gets 0 and is
  * checked on a slow path. */
+/* The same test for a pointer whose tag is known. */
+HAK_INLINE int hak_tag_live(const void *p, uintptr_t tag) {
+    const struct hak_class_check *check =
+        (const struct hak_class_check *)((const char *)hak_class_magic + tag);
+    return (uint64_t)(uint16_t)(uintptr_t)p * check->mul < check->limit &&
+           hak_mark_read(hak_free_mark((void *)p)) != HAK_FREE_MARK;
+}
+
 HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {
     /* the tag is the class's offset in the bins and in hak_class_magic,
      * both 16 bytes a class */
     _Static_assert(sizeof(struct hak_class_check) == HAK_TAG_SCALE &&
                    sizeof(struct hak_bin) == HAK_TAG_SCALE, "tag is a bin offset");
     *at = hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)];
-    const struct hak_class_check *check =
-        (const struct hak_class_check *)((const char *)hak_class_magic + *at);
-    return (uint64_t)(uint16_t)(uintptr_t)p * check->mul < check->limit &&
-           hak_mark_read(hak_free_mark((void *)p)) != HAK_FREE_MARK;
+    return hak_tag_live(p, *at);
 }
 
 HAK_INLINE void hak_free_inline(void *p) {

@@ -2,7 +2,7 @@
  * keeps mapped for reuse goes back, and the call is tried once more. Under
  * an address-space limit (RLIMIT_AS), memory cached for one size range
  * must not starve another: mid-size blocks a thread freed wait in its bins
- * (up to 512 KiB a class), which keep their runs, and each class's current
+ * (up to 2 MiB a class), which keep their runs, and each class's current
  * run keeps its SuperSlab mapped, so a large block found no room after the
  * program had freed everything (tests/oom, reuse-after-mid). */
 #include "core/pressure.h"

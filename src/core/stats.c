@@ -65,4 +65,3 @@ HAK_EXPORT void hak_print_stats(void) {
 __attribute__((destructor)) static void print_stats_at_exit(void) {
     if (atomic_load(&hak_init_state) == 2 && hak_opt(HAK_OPT_STATS)) hak_print_stats();
 }
-

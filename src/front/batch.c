@@ -80,6 +80,13 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     hak_cache_trim_idle(t);
 }
 
+void hak_cache_free_to_heap(struct hak_tls *t, void *p) {
+    struct hak_bin one = { .head = p, .room = 0, .max = 1 };
+    hak_block_freed(p);
+    hak_link_set(p, NULL);
+    hak_heap_flush(t->heap, &one, 1, 0);
+}
+
 void hak_cache_flush_all(struct hak_tls *t, int keep_runs) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (t->bins[c].head) hak_heap_flush(t->heap, &t->bins[c], hak_bin_count(&t->bins[c]), keep_runs);

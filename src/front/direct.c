@@ -19,10 +19,7 @@ static void *direct_alloc_miss(struct hak_tls *t, unsigned cls) {
 
 static void direct_free_miss(struct hak_tls *t, void *p, unsigned cls) {
     (void)cls;
-    struct hak_bin one = { .head = p, .room = 0, .max = 1 };
-    hak_block_freed(p);
-    hak_link_set(p, NULL);
-    hak_heap_flush(t->heap, &one, 1, 0);
+    hak_cache_free_to_heap(t, p);
     hak_cache_trim_idle(t);
 }
 

@@ -57,6 +57,9 @@ void hak_cache_thread_init(struct hak_tls *t);
  * refill half a bin and pop one block; or flush down to half and push p. */
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls);
 void  hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls);
+/* Sends p (a validated block the program just freed) straight back to its
+ * heap, past the bin: to its run, or to its owner's inbox. */
+void  hak_cache_free_to_heap(struct hak_tls *t, void *p);
 /* On a miss (any box): bins untouched since the heap's last decay tick
  * go back to the heap (front/batch.c). */
 void  hak_cache_trim_idle(struct hak_tls *t);
