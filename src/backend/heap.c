@@ -52,7 +52,10 @@ void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct h
     hak_ss_run_free(ss, s);
     h->st.runs_freed++;
     hak_heap_dirty_add(h, n);
-    if (ss->free_mask == HAK_SS_ALL_FREE && (!keep_last || h->ss_count > 1)) {
+    /* an empty SuperSlab within the heap's recent high (heap_idle.c) stays
+     * for its next crest, until the clock purges it */
+    if (ss->free_mask == HAK_SS_ALL_FREE &&
+        (!keep_last || (h->ss_count > 1 && !(hak_opt(HAK_OPT_DECAY_MS) && hak_heap_within_recent_high(h))))) {
         hak_heap_dirty_sub(h, hak_ss_dirty_free(ss));
         hak_heap_ss_unlink(h, ss);
         h->st.ss_released++;

@@ -45,6 +45,9 @@ struct hak_heap {
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
+    /* Most slabs in runs at a tick of this decay epoch and of the last one,
+     * and this epoch's ticks so far (heap_idle.c, dirty_beyond_recent_high) */
+    uint32_t high_now, high_last, high_ticks;
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */

@@ -42,6 +42,9 @@ void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last);
 
 /* heap_idle.c */
 void hak_heap_decay(struct hak_heap *h);          /* on h's misses, under its lock */
+/* 1 while h's slabs in runs and free dirty ones are no more than it had in
+ * runs at its recent high: its free slabs wait for the next crest. */
+int hak_heap_within_recent_high(const struct hak_heap *h);
 /* What an abandoned heap (locked by the caller) holds for nobody goes:
  * its inbox is drained and, once it has waited `period`, its empty runs
  * and then its empty SuperSlabs are released. */

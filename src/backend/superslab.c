@@ -143,6 +143,14 @@ void hak_ss_release(struct hak_superslab *ss) {
     size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
     hak_spin_lock(&pool.lock);
     pool.st.live--;
+    if (!(ss->dirty_mask & HAK_SS_ALL_FREE)) {   /* purged by its heap's clock already */
+        ss->purged = 1;
+        ss->next = pool.purged;
+        pool.purged = ss;
+        pool.npurged++;
+        hak_spin_unlock(&pool.lock);
+        return;
+    }
     if (pool.nready < keep) {
         ss->next = pool.ready;
         pool.ready = ss;
@@ -286,19 +294,22 @@ void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n) {
     ss->idle_mask &= ~bits;
 }
 
-unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget) {
+unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget,
+                           unsigned *excess) {
     if ((int32_t)(now_ms - ss->idle_ms) < (int32_t)period_ms) return 0;
     uint32_t stale = ss->idle_mask & ss->free_mask & ss->dirty_mask;
     /* one call covers a whole stretch of free slabs that holds stale ones:
      * the clean slabs beside them cost the kernel nothing */
     uint32_t span = stale | (ss->free_mask & ~ss->dirty_mask);
     unsigned calls = 0;
-    while (stale && calls < budget) {
+    while (stale && calls < budget && *excess) {
         unsigned i = (unsigned)__builtin_ctz(stale);
         while (i > 1 && (span >> (i - 1) & 1)) i--;
         unsigned n = (unsigned)__builtin_ctz(~(span >> i));
         hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
         uint32_t bits = run_bits(n) << i;
+        unsigned purged = (unsigned)__builtin_popcount(ss->dirty_mask & bits);
+        *excess -= purged < *excess ? purged : *excess;
         ss->dirty_mask &= ~bits;
         stale &= ~bits;
         calls++;

@@ -147,11 +147,13 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
 
 /* Purge on a clock (owner thread): once at least period_ms after its last
  * tick, gives back the pages of the slabs that were free and dirty then and
- * have been in no run since, with at most `budget` madvise calls; the slabs
- * free and dirty now become the next tick's candidates. The tick time is
- * the SuperSlab's own, so it carries over from owner to owner. Returns the
- * calls made. */
-unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget);
+ * have been in no run since, with at most `budget` madvise calls, stopping
+ * once *excess such slabs went back (*excess is lowered by those purged);
+ * the slabs free and dirty now become the next tick's candidates. The tick
+ * time is the SuperSlab's own, so it carries over from owner to owner.
+ * Returns the calls made. */
+unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget,
+                           unsigned *excess);
 /* Gives back the pages of the free slabs i .. i+n-1 of ss now (one call). */
 void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n);
 /* Free slabs of ss whose pages a run touched since they were last purged. */
