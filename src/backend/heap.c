@@ -153,15 +153,6 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
     return got;
 }
 
-/* Before a new run is made for cls (new pages to fault in), free blocks of
- * a larger class that are already resident are used instead: a block
- * handed out this way is freed to its own class (its slab's tag says
- * which); only the double-free check needs to know (it looks in the bins
- * of the classes a block can stand in for: safety/badfree.c). Without it, a class whose count
- * of live blocks drifts up (random sizes) or a phase that moves to larger
- * sizes faults in new runs while its neighbours' runs sit half empty:
- * random_mixed's peak RSS 8.8 -> 7.7 MiB, realloc_grow's 79 -> 63 MiB
- * (docs/PERFORMANCE.md). */
 /* Moves free blocks of run s onto the bin: its whole free list as it is
  * when the bin is empty and has room for it (O(1), and no cold block is
  * touched before the program asks for it), else up to want of them. */
@@ -199,11 +190,32 @@ unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin
     return 0;
 }
 
+/* Before a new run is made for cls (new pages to fault in), free blocks of
+ * a larger class that are already resident are used instead: a block
+ * handed out this way is freed to its own class (its slab's tag says
+ * which); only the double-free check needs to know (it looks in the bins
+ * of the classes a block can stand in for: safety/badfree.c). Without it, a class whose count
+ * of live blocks drifts up (random sizes) or a phase that moves to larger
+ * sizes faults in new runs while its neighbours' runs sit half empty:
+ * random_mixed's peak RSS 8.8 -> 7.7 MiB, realloc_grow's 79 -> 63 MiB
+ * (docs/PERFORMANCE.md). Current runs lend too: producer_consumer's
+ * 3.2 -> 2.9 MiB (its 64 classes each had one run, none partial). */
+#define HAK_LEND_MIN 4u   /* free blocks a current run needs to lend half of them */
 static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++) {
+        if (!hak_class_stands_in(big, cls)) continue;
         struct hak_slab *s = h->partial[big];
-        if (!s || !s->nfree || !hak_class_stands_in(big, cls)) continue;
-        return take_partial(h, s, bin, want);
+        if (s && s->nfree) return take_partial(h, s, bin, want);
+        /* a class with fewer live blocks than a run holds has its free
+         * ones in its current run: half of them, so that it does not
+         * carve for itself at once what it lent */
+        s = h->current[big];
+        if (s && s->nfree >= HAK_LEND_MIN) {
+            unsigned half = s->nfree / 2;
+            unsigned got = take_free(s, bin, want < half ? want : half);
+            s->used += got;
+            return got;
+        }
     }
     return 0;
 }
