@@ -15,6 +15,21 @@ static struct {
     struct hak_ss_pool_stats st;
 } pool = { .lock = HAK_SPINLOCK_INIT };
 
+/* With pool.lock held: ss (its pages given back, or never touched) joins
+ * the purged list. */
+static void purged_push_locked(struct hak_superslab *ss) {
+    ss->purged = 1;
+    ss->next = pool.purged;
+    pool.purged = ss;
+    pool.npurged++;
+}
+
+/* With pool.lock held: the purged list is at its bound (eight times the
+ * cache), beyond which empty SuperSlabs are unmapped. */
+static int purged_full_locked(size_t keep) {
+    return pool.npurged >= 8 * (keep ? keep : 1);
+}
+
 /* Only the header's first page survives a purge, so the list link and the
  * purged flag must live there. */
 _Static_assert(offsetof(struct hak_superslab, slab_head) < HAK_PAGE_SIZE, "header link in first page");
@@ -82,11 +97,7 @@ static struct hak_superslab *map_batch(void) {
     if (got > 1) {
         hak_spin_lock(&pool.lock);
         for (unsigned i = 1; i < got; i++) {
-            struct hak_superslab *ss = (struct hak_superslab *)(base + i * HAK_CHUNK_SIZE);
-            ss->purged = 1;   /* fresh pages: as cheap to hold as purged ones */
-            ss->next = pool.purged;
-            pool.purged = ss;
-            pool.npurged++;
+            purged_push_locked((struct hak_superslab *)(base + i * HAK_CHUNK_SIZE));   /* fresh pages: as cheap to hold as purged ones */
         }
         hak_spin_unlock(&pool.lock);
     }
@@ -116,7 +127,7 @@ struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
  * of an empty SuperSlab (reuse costs no mmap) and gives its pages back;
  * past eight times the cache, unmaps it for good. */
 static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
-    int unmap = pool.npurged >= 8 * (keep ? keep : 1);
+    int unmap = purged_full_locked(keep);
     if (unmap) pool.st.unmapped++; else pool.st.purged++;
     hak_spin_unlock(&pool.lock);
     if (unmap) {
@@ -129,11 +140,8 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
         return;
     }
     hak_os_purge((char *)ss + HAK_PAGE_SIZE, HAK_CHUNK_SIZE - HAK_PAGE_SIZE);
-    ss->purged = 1;
     hak_spin_lock(&pool.lock);
-    ss->next = pool.purged;
-    pool.purged = ss;
-    pool.npurged++;
+    purged_push_locked(ss);
     hak_spin_unlock(&pool.lock);
 }
 
@@ -143,15 +151,13 @@ void hak_ss_release(struct hak_superslab *ss) {
     size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
     hak_spin_lock(&pool.lock);
     pool.st.live--;
-    if (!(ss->dirty_mask & HAK_SS_ALL_FREE)) {   /* purged by its heap's clock already */
-        ss->purged = 1;
-        ss->next = pool.purged;
-        pool.purged = ss;
-        pool.npurged++;
+    int clean = !(ss->dirty_mask & HAK_SS_ALL_FREE);   /* purged by its heap's clock already */
+    if (clean && !purged_full_locked(keep)) {
+        purged_push_locked(ss);
         hak_spin_unlock(&pool.lock);
         return;
     }
-    if (pool.nready < keep) {
+    if (!clean && pool.nready < keep) {
         ss->next = pool.ready;
         pool.ready = ss;
         pool.nready++;
