@@ -396,6 +396,46 @@ test_shrunk_heap_returns_slabs (void)
     g_error ("%zu of %zu pages freed 10 s ago are still resident", resident, total);
 }
 
+/* A thread that starts adopts an exited thread's heap without its high:
+ * the slabs the exited thread had in runs at its crest go back once the
+ * adopter has left them idle for a period or two, not two epochs later
+ * (the adopter's needs are its own: churn_threads kept 170 KiB more). */
+static void *
+crest_and_exit (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x17);
+  tick_for (4, 5);   /* the heap's clock samples the crest */
+  free_all (swing, SWING_BLOCKS);
+  return NULL;
+}
+
+static void *
+adopt_and_tick (void *arg)
+{
+  size_t *left = arg, total;
+  tick_for (40, 5);   /* fewer ticks than one epoch of the high (64) */
+  *left = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+  return NULL;
+}
+
+static void
+test_adopted_heap_forgets_high (void)
+{
+  if (!in_process_with_decay ("5"))
+    return;
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, crest_and_exit, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t left = 0, total;
+  g_assert_cmpint (pthread_create (&t, NULL, adopt_and_tick, &left), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+  if (left > total / 8)
+    g_error ("%zu of the %zu pages an exited thread freed are resident after 40 periods "
+             "in the heap's next thread", left, total);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -408,5 +448,6 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
+  g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);
   return g_test_run ();
 }

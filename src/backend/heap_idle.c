@@ -39,7 +39,13 @@ struct hak_heap *hak_heap_acquire(void) {
     hak_spin_lock(&hak_heaps.lock);
     struct hak_heap *h = abandoned_pop();
     hak_spin_unlock(&hak_heaps.lock);
-    if (h) return h;
+    if (h) {
+        /* no recent high yet (see dirty_beyond_recent_high) */
+        hak_spin_lock(&h->lock);
+        h->high_now = h->high_last = h->high_ticks = 0;
+        hak_spin_unlock(&h->lock);
+        return h;
+    }
     h = hak_os_meta_alloc(sizeof *h);
     if (!h) return NULL;
     memset(h, 0, sizeof *h);
@@ -89,12 +95,17 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap.c).
  * realloc_grow, whose runs swing between 500 and 800 slabs about every
  * 100 ms, made about 210 madvise calls between 0.2 s and 1.4 s of its run
- * (2.9 per 100,000 operations); now 7 to 9. With a 16-tick epoch, whose
- * high still fell step by step as the swings settled, 1.0 per 100,000. */
+ * (2.9 per 100,000 operations); now none. With a 16-tick epoch, whose
+ * high still fell step by step as the swings settled, 1.0 per 100,000.
+ * A heap a new thread adopts starts with no high: the exited thread's
+ * says nothing of what the new one needs (churn_threads kept 170 KiB
+ * more with it, 30 runs each). */
 #define HAK_HIGH_EPOCH 64u
 /* The high is sampled at ticks and misses the peaks between them: a few
- * slabs over it are kept as well rather than purged one stretch a tick. */
-#define HAK_HIGH_SLACK 16u   /* slabs: 1 MiB */
+ * slabs over it (1/HAK_HIGH_SLACK_DIV of it) are kept as well rather than
+ * purged one stretch a tick. A fixed 16 slabs kept a MiB in each of
+ * churn_threads' small heaps (peak RSS +170 KiB in 30 runs). */
+#define HAK_HIGH_SLACK_DIV 16u
 
 static unsigned slabs_in_runs(const struct hak_heap *h) {
     unsigned free = 0;
@@ -104,7 +115,8 @@ static unsigned slabs_in_runs(const struct hak_heap *h) {
 }
 
 static unsigned recent_high(const struct hak_heap *h) {
-    return (h->high_last > h->high_now ? h->high_last : h->high_now) + HAK_HIGH_SLACK;
+    unsigned high = h->high_last > h->high_now ? h->high_last : h->high_now;
+    return high + high / HAK_HIGH_SLACK_DIV;
 }
 
 int hak_heap_within_recent_high(const struct hak_heap *h) {
