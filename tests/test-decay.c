@@ -317,17 +317,27 @@ adopt_and_work (void *arg)
   return NULL;
 }
 
+/* Runs `exiting` in a thread to its end, then `adopter` in another (it
+ * adopts the first one's heap); returns the resident page count the
+ * adopter stored through its argument. */
+static size_t
+exit_then_adopt (void *(*exiting) (void *), void *(*adopter) (void *))
+{
+  pthread_t t;
+  size_t left = 0;
+  g_assert_cmpint (pthread_create (&t, NULL, exiting, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  g_assert_cmpint (pthread_create (&t, NULL, adopter, &left), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  return left;
+}
+
 static void
 test_kept_runs_released (void)
 {
   if (!in_process_with_decay ("10"))
     return;
-  pthread_t t;
-  g_assert_cmpint (pthread_create (&t, NULL, fill_kept_and_exit, NULL), ==, 0);
-  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
-  size_t left = 0, total;
-  g_assert_cmpint (pthread_create (&t, NULL, adopt_and_work, &left), ==, 0);
-  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t total, left = exit_then_adopt (fill_kept_and_exit, adopt_and_work);
   resident_of (kept, KEPT_BLOCKS, KEPT_BLOCK, &total);
   if (left > total / 4)
     g_error ("%zu of the %zu pages an exited thread's runs kept are still resident after 5 s",
@@ -424,12 +434,7 @@ test_adopted_heap_forgets_high (void)
 {
   if (!in_process_with_decay ("5"))
     return;
-  pthread_t t;
-  g_assert_cmpint (pthread_create (&t, NULL, crest_and_exit, NULL), ==, 0);
-  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
-  size_t left = 0, total;
-  g_assert_cmpint (pthread_create (&t, NULL, adopt_and_tick, &left), ==, 0);
-  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t total, left = exit_then_adopt (crest_and_exit, adopt_and_tick);
   resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
   if (left > total / 8)
     g_error ("%zu of the %zu pages an exited thread freed are resident after 40 periods "
