@@ -268,10 +268,10 @@ ht_free_keys_and_destroy (GHashTable *blocks)
   g_hash_table_destroy (blocks);
 }
 
-/* The line of hak_print_stats() (which writes to stderr) that starts with
- * `prefix`, copied into line[n]; FALSE when there is none. */
-static inline gboolean
-ht_stats_find (const char *prefix, char *line, size_t n)
+/* What hak_print_stats() (which writes to stderr) prints, as a string to
+ * g_free. */
+static inline gchar *
+ht_stats_text (void)
 {
   FILE *f = tmpfile ();
   g_assert_nonnull (f);
@@ -283,11 +283,39 @@ ht_stats_find (const char *prefix, char *line, size_t n)
   dup2 (saved, 2);
   close (saved);
   rewind (f);
-  gboolean found = FALSE;
-  while (!found && fgets (line, (int) n, f))
-    found = strncmp (line, prefix, strlen (prefix)) == 0;
+  GString *text = g_string_new (NULL);
+  char chunk[4096];
+  size_t got;
+  while ((got = fread (chunk, 1, sizeof chunk, f)) > 0)
+    g_string_append_len (text, chunk, (gssize) got);
   fclose (f);
+  return g_string_free (text, FALSE);
+}
+
+/* The first line of hak_print_stats() that starts with `text`, or that
+ * contains it when `anywhere`, copied into line[n]; FALSE when there is
+ * none. */
+static inline gboolean
+ht_stats_match (const char *text, gboolean anywhere, char *line, size_t n)
+{
+  gchar *all = ht_stats_text ();
+  gchar **lines = g_strsplit (all, "\n", -1);
+  gboolean found = FALSE;
+  for (gchar **l = lines; !found && *l; l++)
+    if (anywhere ? strstr (*l, text) != NULL : g_str_has_prefix (*l, text))
+      {
+        g_strlcpy (line, *l, n);
+        found = TRUE;
+      }
+  g_strfreev (lines);
+  g_free (all);
   return found;
+}
+
+static inline gboolean
+ht_stats_find (const char *prefix, char *line, size_t n)
+{
+  return ht_stats_match (prefix, FALSE, line, n);
 }
 
 /* The same, failing the test when there is no such line. */

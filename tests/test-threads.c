@@ -945,19 +945,21 @@ test_consumer_keeps_few_blocks (void)
 
 /* A refill carves about a page of new blocks at most: blocks carved but
  * never asked for stay resident for nothing. A new thread's 30 blocks of
- * 1000 bytes (1008-byte class, 4 a page) used to carve 44. */
-enum { CARVED_WANTED = 30, CARVED_SIZE = 1000, CARVED_CLASS_SIZE = 1008 };
+ * 1000 bytes (then a 1008-byte class, 4 a page) used to carve 44. */
+enum { CARVED_WANTED = 30, CARVED_SIZE = 1000 };
 
+/* Blocks carved for the class of blocks of `size` bytes (its stats line,
+ * "hakmem: class N (  size B): refills R, carved C ..."). */
 static unsigned long long
 stats_class_carved (unsigned size)
 {
-  char line[512], prefix[64];
+  char line[512], label[64];
   unsigned long long refills = 0, carved = 0;
-  g_snprintf (prefix, sizeof prefix, "hakmem: class %2u (%6u B):", size / 16, size);
-  if (!ht_stats_find (prefix, line, sizeof line))
+  g_snprintf (label, sizeof label, "(%6u B):", size);
+  if (!ht_stats_match (label, TRUE, line, sizeof line))
     return 0;   /* no refill of that class yet */
-  g_assert_cmpint (sscanf (line + strlen (prefix), " refills %llu, carved %llu", &refills, &carved),
-                   ==, 2);
+  g_assert_cmpint (sscanf (strstr (line, label) + strlen (label), " refills %llu, carved %llu",
+                           &refills, &carved), ==, 2);
   return carved;
 }
 
@@ -975,12 +977,15 @@ test_refill_carves_a_page (void)
   if (g_test_subprocess ())
     {
       void *b[CARVED_WANTED];
-      unsigned long long before = stats_class_carved (CARVED_CLASS_SIZE);
+      void *probe = T (malloc) (CARVED_SIZE);
+      unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
+      T (free) (probe);
+      unsigned long long before = stats_class_carved (class_size);
       join (spawn (alloc_carved_class, b));   /* a new heap: it has nothing to reuse */
-      unsigned long long carved = stats_class_carved (CARVED_CLASS_SIZE) - before;
-      g_test_message ("%llu blocks carved for %d", carved, (int) CARVED_WANTED);
+      unsigned long long carved = stats_class_carved (class_size) - before;
+      g_test_message ("%llu blocks carved for %d of %u B", carved, (int) CARVED_WANTED, class_size);
       g_assert_cmpuint (carved, >=, CARVED_WANTED);
-      g_assert_cmpuint (carved, <, CARVED_WANTED + 4 * HT_KiB / CARVED_CLASS_SIZE);
+      g_assert_cmpuint (carved, <, CARVED_WANTED + 4 * HT_KiB / class_size);
       free_checked (b, CARVED_WANTED, CARVED_SIZE, 0x3c);
       return;
     }

@@ -1,6 +1,6 @@
 /* The malloc and free hit paths, inlined into every exported entry point.
- * A hit is: one size-class computation (malloc: the size rounded to 16 B;
- * free: the slab's class tag), one TLS bin access, a pop or a push.
+ * A hit is: one size-class lookup (malloc: a table by size; free: the
+ * slab's class tag), one TLS bin access, a pop or a push.
  * No call, no lock, no atomic read-modify-write, no syscall, no function
  * pointer, no init check (see core/tls.h for why none is needed). Anything
  * else is a miss and leaves through a hak_*_slow or hak_free_miss function.
@@ -79,10 +79,7 @@ HAK_INLINE int hak_fast_take_room(hak_fast_bin *b) {
 HAK_INLINE void *hak_alloc_inline(size_t size) {
     hak_fast_bin *b;
     if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
-        /* &bins[hak_tiny_class(size)]: a 16-byte bin per 16 bytes of size,
-         * so the offset is the size rounded up to 16 (0 -> empty bin 0) */
-        _Static_assert(sizeof(struct hak_bin) == 16, "tiny bin offset is the rounded size");
-        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + ((size + 15) & ~(size_t)15));
+        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + hak_tiny_bin_of(size));   /* 0 -> empty bin 0 */
     } else if (size <= HAK_SMALL_MAX) {
         b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + hak_mid_bin_of(size));   /* Pool TLS bins */
     } else {

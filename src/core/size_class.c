@@ -6,15 +6,14 @@
 #define HAK_QUARTERS(b) (b) + (b) / 4, (b) + (b) / 2, (b) + 3 * (b) / 4, 2 * (b)
 const uint32_t hak_class_size[HAK_NCLASS] = {
     0,
-    HAK_STEPS8(0u), HAK_STEPS8(128u), HAK_STEPS8(256u), HAK_STEPS8(384u),
-    HAK_STEPS8(512u), HAK_STEPS8(640u), HAK_STEPS8(768u), HAK_STEPS8(896u),
-    HAK_QUARTERS(1024u), HAK_QUARTERS(2048u), HAK_QUARTERS(4096u),
+    HAK_STEPS8(0u), HAK_STEPS8(128u),
+    HAK_QUARTERS(256u), HAK_QUARTERS(512u), HAK_QUARTERS(1024u), HAK_QUARTERS(2048u), HAK_QUARTERS(4096u),
     HAK_QUARTERS(8192u), HAK_QUARTERS(16384u), HAK_QUARTERS(32768u),
     HAK_QUARTERS(65536u), HAK_QUARTERS(131072u),
 };
 #undef HAK_QUARTERS
 #undef HAK_STEPS8
-_Static_assert(HAK_TINY_LAST * 16 == HAK_TINY_MAX, "tiny classes are 16 B steps");
+_Static_assert(HAK_FINE_LAST * 16 == HAK_FINE_MAX, "fine classes are 16 B steps");
 
 
 struct hak_class_check hak_class_run_check[HAK_NCLASS];
@@ -26,18 +25,20 @@ static struct hak_class_check block_start_check(uint32_t d, uint32_t count) {
     return (struct hak_class_check){ mul, e ? (uint64_t)count * e : 1 };
 }
 
+uint16_t hak_tiny_bin_offset[HAK_TINY_MAX + 1];
 uint16_t hak_mid_bin_offset[HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT];
 
-static void mid_table_init(void) {
+static void bin_tables_init(void) {
+    for (size_t n = 1; n <= HAK_TINY_MAX; n++)   /* [0] stays 0: malloc(0) misses */
+        hak_tiny_bin_offset[n] = (uint16_t)(hak_tiny_class(n) * HAK_TAG_SCALE);   /* a bin is 16 bytes */
     for (size_t g = 0; g < HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT; g++) {
         size_t last = (g + 1) << HAK_MID_GRANULE_SHIFT;   /* every size of the granule has its class */
-        unsigned cls = last <= HAK_TINY_MAX ? hak_tiny_class(last) : hak_mid_class(last);
-        hak_mid_bin_offset[g] = (uint16_t)(cls * HAK_TAG_SCALE);   /* a bin is 16 bytes */
+        hak_mid_bin_offset[g] = (uint16_t)(hak_class_of(last) * HAK_TAG_SCALE);
     }
 }
 
 void hak_size_class_init(void) {
-    mid_table_init();
+    bin_tables_init();
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         uint32_t d = hak_class_size[c];
         unsigned per_slab = hak_ss_per_slab(d);

@@ -1,8 +1,11 @@
-/* Size classes: 16 B steps up to 1 KiB (so a tiny request's class is its
- * size rounded up to 16, with no table), then four classes per doubling up
- * to HAK_SMALL_MAX (256 KiB). Internal waste: under 16 B per tiny block;
- * at most 25% at a mid class boundary, about 10% on average for uniformly
- * random mid sizes. Requests above HAK_SMALL_MAX go to the large path.
+/* Size classes: 16 B steps up to 256 B, then four classes per doubling
+ * (320, 384, 448, 512, 640, ...) up to HAK_SMALL_MAX (256 KiB). Internal
+ * waste: under 16 B per block up to 256 B; above, at most 25% at a class
+ * boundary, about 10% on average for uniformly random sizes. Fewer classes
+ * above 256 B because each class is carved to its own highest live count:
+ * on a random mix the sum of those highs is what the heap keeps resident,
+ * and it falls with the number of classes (docs/PERFORMANCE.md, session 8).
+ * Requests above HAK_SMALL_MAX go to the large path.
  *
  * Class 0 is no class: it is the tag of slabs not in use (zero-filled
  * memory means "not a block"), and its bin never holds a block, so
@@ -14,11 +17,13 @@
 #include "core/common.h"
 
 #define HAK_TINY_MAX      1024u                 /* front cache range */
+#define HAK_FINE_MAX      256u                  /* 16 B steps up to here */
 #define HAK_SMALL_MAX     ((size_t)256 << 10)   /* SuperSlab range   */
 #define HAK_CLASS_INVALID 0u
 #define HAK_CLASS_FIRST   1u
-#define HAK_TINY_LAST     64u                   /* classes 1..64: 16..1024 B */
-#define HAK_NCLASS        97u                   /* 0, 64 tiny, 32 mid */
+#define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
+#define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1024 B */
+#define HAK_NCLASS        57u                   /* 0, 24 tiny, 32 mid */
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
@@ -45,25 +50,32 @@ struct hak_class_check {
 HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
 void hak_size_class_init(void);
 
-/* Class of a request of n bytes, n <= HAK_TINY_MAX: its size in 16 B
- * units (0 for n == 0, which is no class; hak_class_of handles it). */
-HAK_INLINE unsigned hak_tiny_class(size_t n) {
-    return (unsigned)((n + 15) >> 4);
-}
-
-/* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: four classes per power of
- * two above 1 KiB (1280, 1536, 1792, 2048, ...), a few ALU operations. */
-HAK_INLINE unsigned hak_mid_class(size_t n) {
+/* Class of 0 < n <= HAK_SMALL_MAX above HAK_FINE_MAX: four classes per
+ * power of two (320, 384, 448, 512, 640, ...), a few ALU operations. */
+HAK_INLINE unsigned hak_quarter_class(size_t n) {
     size_t m = n - 1;
     unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
     unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
-    return HAK_TINY_LAST + 1 + (lg - 10) * 4 + quarter;
+    return HAK_FINE_LAST + 1 + (lg - 8) * 4 + quarter;
 }
 
-/* The hit path's way to a mid request's bin: mid classes change only at
- * multiples of 256 B (1280, 1536, 1792, 2048, 2560, ...), so a table by
- * 256-byte granule, filled from hak_mid_class at init, gives the class's
- * bin offset (cls * 16) in one load instead of a dozen ALU operations. */
+/* Class of a request of n bytes, n <= HAK_TINY_MAX (0 for n == 0, which
+ * is no class; hak_class_of handles it). Slow paths only. */
+HAK_INLINE unsigned hak_tiny_class(size_t n) {
+    return n <= HAK_FINE_MAX ? (unsigned)((n + 15) >> 4) : hak_quarter_class(n);
+}
+
+/* The hit path's way to a request's bin, a table of bin offsets (cls * 16)
+ * filled at init, so that malloc runs the same few instructions for every
+ * class: for tiny requests by the size itself (2 KiB, of which a program
+ * touches the lines of the sizes it asks for); for mid ones by 256-byte
+ * granule, as mid classes change only at multiples of 256 B. Before init
+ * every entry is 0, the bin of no class, which is always empty: a miss. */
+HAK_DATA uint16_t hak_tiny_bin_offset[HAK_TINY_MAX + 1];
+HAK_INLINE size_t hak_tiny_bin_of(size_t n) {   /* n <= HAK_TINY_MAX */
+    return hak_tiny_bin_offset[n];
+}
+
 #define HAK_MID_GRANULE_SHIFT 8
 HAK_DATA uint16_t hak_mid_bin_offset[HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT];
 HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_MAX */
@@ -84,7 +96,7 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
 /* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
 static inline unsigned hak_class_of(size_t n) {
     if (n == 0) return HAK_CLASS_FIRST;
-    return n <= HAK_TINY_MAX ? hak_tiny_class(n) : hak_mid_class(n);
+    return n <= HAK_FINE_MAX ? hak_tiny_class(n) : hak_quarter_class(n);
 }
 
 #endif
