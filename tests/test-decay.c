@@ -441,6 +441,64 @@ test_adopted_heap_forgets_high (void)
              "in the heap's next thread", left, total);
 }
 
+/* A thread that frees what it had at its crest and then sleeps (a worker
+ * waiting on a queue) has no misses, so its heap's clock stops with the
+ * slabs and empty SuperSlabs kept for its high: other heaps' ticks give
+ * them back once it has been idle for a period. Before, every one of the
+ * 3,072 pages stayed resident for as long as the thread slept. What its
+ * own cache holds stays with it (2 MiB of this class, 512 pages: no other
+ * thread may touch a thread's bins). */
+static GMutex sleeper_lock;
+static GCond sleeper_cond;
+static int sleeper_stage;   /* 1: freed, sleeping; 2: may exit */
+
+static void *
+crest_free_and_sleep (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x29);
+  tick_for (4, 5);   /* the heap's clock samples the crest */
+  free_all (swing, SWING_BLOCKS);
+  g_mutex_lock (&sleeper_lock);
+  sleeper_stage = 1;
+  g_cond_broadcast (&sleeper_cond);
+  while (sleeper_stage != 2)
+    g_cond_wait (&sleeper_cond, &sleeper_lock);
+  g_mutex_unlock (&sleeper_lock);
+  return NULL;
+}
+
+static void
+test_sleeping_thread_heap_returned (void)
+{
+  if (!in_process_with_decay ("5"))
+    return;
+  keep_allocating ();
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, crest_free_and_sleep, NULL), ==, 0);
+  g_mutex_lock (&sleeper_lock);
+  while (sleeper_stage != 1)
+    g_cond_wait (&sleeper_cond, &sleeper_lock);
+  g_mutex_unlock (&sleeper_lock);
+  size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+  g_test_message ("%zu of %zu freed pages resident as the thread goes to sleep", resident, total);
+  gint64 deadline = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  while (resident > total / 4 && g_get_monotonic_time () < deadline)
+    {
+      tick_for (1, 5);
+      resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+    }
+  g_test_message ("%zu of %zu freed pages resident at the end", resident, total);
+  g_mutex_lock (&sleeper_lock);
+  sleeper_stage = 2;
+  g_cond_broadcast (&sleeper_cond);
+  g_mutex_unlock (&sleeper_lock);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  if (resident > total / 4)
+    g_error ("%zu of the %zu pages a sleeping thread freed are resident after 5 s of other "
+             "threads' ticks", resident, total);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -454,5 +512,6 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
   g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);
+  g_test_add_func ("/decay/sleeping-thread-heap-returned", test_sleeping_thread_heap_returned);
   return g_test_run ();
 }

@@ -52,6 +52,7 @@ struct hak_heap {
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */
+    struct hak_heap *idle_next;       /* where its tick next looks for an idle heap (owner only) */
     struct hak_heap *next_abandoned;
     /* Its thread's bins as the last decay tick found them (front/batch.c,
      * trim_idle_bins; owner only): head of each bin, and the tick count */
@@ -86,6 +87,9 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p);
  * SuperSlabs left with no run go back to the pool. h is the caller's own
  * heap. Returns the number of SuperSlabs released. */
 size_t hak_heap_release_unused(struct hak_heap *h);
+/* Memory pressure: every other heap's SuperSlabs with no run go back to
+ * the pool (self may be NULL). Returns how many. */
+size_t hak_heap_release_empty_elsewhere(struct hak_heap *self);
 
 /* Bytes of h's runs not on a run free list: in use by the program or
  * waiting in thread caches. A snapshot for stats. */

@@ -172,6 +172,38 @@ static void release_purged_empty(struct hak_heap *h) {
     }
 }
 
+/* A thread that stops allocating (a worker blocked on a queue, a main
+ * thread waiting for its workers) stops its heap's clock: what the heap
+ * keeps for its recent high, free slabs and empty SuperSlabs, would stay
+ * resident and mapped, out of every other heap's reach, for as long as the
+ * thread sleeps (an idle thread kept 36 MB resident and 100 MiB mapped
+ * after freeing 96 MiB; before the high it was 8 MB after a second). So a
+ * tick also looks after another heap whose owner has had no miss for a
+ * whole period (the test borrowing uses): its idle slabs are purged with
+ * no high kept, and its SuperSlabs left empty and clean go to the pool,
+ * where any heap can take them. One such heap a tick, in turn; try-lock
+ * only, as its owner may wake up meanwhile. */
+#define HAK_IDLE_SCAN 8u
+static unsigned decay_idle_heap(struct hak_heap *h, uint32_t now, uint32_t period, unsigned budget) {
+    struct hak_heap *head = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE);
+    struct hak_heap *v = h->idle_next ? h->idle_next : head;
+    unsigned calls = 0;
+    for (unsigned seen = 0; v && seen < HAK_IDLE_SCAN; seen++) {
+        struct hak_heap *cur = v;
+        v = v->next_all ? v->next_all : head;
+        if (cur == h ||
+            (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)period ||
+            !hak_spin_trylock(&cur->lock))
+            continue;
+        calls = heap_purge_idle(cur, now, period, budget, UINT32_MAX);
+        release_purged_empty(cur);
+        hak_spin_unlock(&cur->lock);
+        break;
+    }
+    h->idle_next = v;
+    return calls;
+}
+
 void hak_heap_decay(struct hak_heap *h) {
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     uint32_t now = hak_os_clock_ms();
@@ -191,6 +223,7 @@ void hak_heap_decay(struct hak_heap *h) {
         calls += heap_purge_idle(idle, now, period, HAK_DECAY_CALLS - calls, UINT32_MAX);   /* nobody's */
         hak_heap_abandoned_unlock_return(idle);
     }
+    if (calls < HAK_DECAY_CALLS) calls += decay_idle_heap(h, now, period, HAK_DECAY_CALLS - calls);
     h->st.decay_purges += calls;
 }
 
@@ -292,6 +325,22 @@ void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
         trim = 1;
     }
     if (trim) heap_trim(h);
+}
+
+/* Under memory pressure (core/pressure.c): the empty SuperSlabs of every
+ * heap but the caller's go to the pool, whatever their heap's high (a
+ * sleeping thread's heap, or a heap whose thread a fork() left behind in
+ * the child, would never let them go). Try-lock only. */
+size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
+    size_t n = 0;
+    for (struct hak_heap *cur = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE); cur; cur = cur->next_all) {
+        if (cur == self || !hak_spin_trylock(&cur->lock)) continue;
+        uint64_t before = cur->st.ss_released;
+        heap_trim(cur);
+        n += (size_t)(cur->st.ss_released - before);
+        hak_spin_unlock(&cur->lock);
+    }
+    return n;
 }
 
 void hak_heap_scavenge_abandoned(void) {

@@ -19,6 +19,7 @@ int hak_release_unused(void) {
         hak_cache_flush_all(t, 0);
         released += hak_heap_release_unused(t->heap);
     }
+    released += hak_heap_release_empty_elsewhere(t->state == 1 ? t->heap : NULL);
     released += hak_large_release_cache();
     released += hak_ss_pool_release_all();
     return released != 0;

@@ -32,7 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -558,6 +560,88 @@ static void case_reuse_tiny (void) { case_fill (0, 1); }
 static void case_reuse_mid (void) { case_fill (1, 1); }
 static void case_reuse_large (void) { case_fill (2, 1); }
 
+/* A thread that grew, freed everything and went to sleep (a worker waiting
+ * for work) keeps its empty SuperSlabs for its recent high, and a sleeping
+ * thread never looks at its clock: under the limit, the memory pressure
+ * path must take them back, or a large block finds no address space
+ * (without that, malloc(64 MiB) returned NULL in 3 runs of 3). */
+enum { SLEEPER_BLOCKS = 1536, SLEEPER_BLOCK = 32 * 1024 };   /* 48 MiB */
+static void *sleeper_blocks[SLEEPER_BLOCKS];
+static pthread_mutex_t sleeper_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleeper_cond = PTHREAD_COND_INITIALIZER;
+static int sleeper_stage;   /* 1: freed, sleeping; 2: may exit */
+
+static void
+sleep_ms (long ms)
+{
+  struct timespec ts = { 0, ms * 1000000L };
+  nanosleep (&ts, NULL);
+}
+
+static void *
+grow_free_and_sleep (void *arg)
+{
+  (void) arg;
+  /* four steps a decay period (20 ms) apart: the heap's clock, which
+   * ticks on its misses, samples the growth and the crest */
+  for (size_t step = 0; step < 4; step++)
+    {
+      for (size_t i = step * SLEEPER_BLOCKS / 4; i < (step + 1) * SLEEPER_BLOCKS / 4; i++)
+        {
+          sleeper_blocks[i] = A (malloc) (opaque (SLEEPER_BLOCK));
+          if (!sleeper_blocks[i])
+            {
+              FAIL ("malloc(32 KiB) before the limit");
+              break;
+            }
+          memset (sleeper_blocks[i], 0x5A, 64);
+        }
+      sleep_ms (25);
+    }
+  for (size_t i = 0; i < SLEEPER_BLOCKS; i++)
+    A (free) (sleeper_blocks[i]);
+  pthread_mutex_lock (&sleeper_lock);
+  sleeper_stage = 1;
+  pthread_cond_broadcast (&sleeper_cond);
+  while (sleeper_stage != 2)
+    pthread_cond_wait (&sleeper_cond, &sleeper_lock);
+  pthread_mutex_unlock (&sleeper_lock);
+  return NULL;
+}
+
+static void
+case_sleeping_heap (void)
+{
+  pthread_t t;
+  if (pthread_create (&t, NULL, grow_free_and_sleep, NULL) != 0)
+    {
+      FAIL ("pthread_create");
+      return;
+    }
+  pthread_mutex_lock (&sleeper_lock);
+  while (sleeper_stage != 1)
+    pthread_cond_wait (&sleeper_cond, &sleeper_lock);
+  pthread_mutex_unlock (&sleeper_lock);
+  int rc = set_limit ();
+  if (rc)
+    exit (rc == EXIT_SKIP ? EXIT_SKIP : 1);
+  /* MARGIN (48 MiB) is too little for 64 MiB unless the sleeper's empty
+   * SuperSlabs are unmapped */
+  void *big = A (malloc) (opaque (64 * MiB));
+  if (!big)
+    FAIL ("malloc(64 MiB) with a sleeping thread's freed 48 MiB: NULL");
+  else
+    {
+      fill (big, 4096, 3);
+      A (free) (big);
+    }
+  pthread_mutex_lock (&sleeper_lock);
+  sleeper_stage = 2;
+  pthread_cond_broadcast (&sleeper_cond);
+  pthread_mutex_unlock (&sleeper_lock);
+  pthread_join (t, NULL);
+}
+
 static const struct
 {
   const char *name;
@@ -573,6 +657,7 @@ static const struct
   { "reuse-after-mid", case_reuse_mid },
   { "reuse-after-large", case_reuse_large },
   { "grow-after-mid", case_grow_after_mid },
+  { "sleeping-heap", case_sleeping_heap },
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
