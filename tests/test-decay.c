@@ -448,9 +448,28 @@ test_adopted_heap_forgets_high (void)
  * 3,072 pages stayed resident for as long as the thread slept. What its
  * own cache holds stays with it (2 MiB of this class, 512 pages: no other
  * thread may touch a thread's bins). */
-static GMutex sleeper_lock;
-static GCond sleeper_cond;
+/* pthread's, not GLib's: TSan sees only the former as synchronisation */
+static pthread_mutex_t sleeper_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleeper_cond = PTHREAD_COND_INITIALIZER;
 static int sleeper_stage;   /* 1: freed, sleeping; 2: may exit */
+
+static void
+sleeper_set (int stage)
+{
+  pthread_mutex_lock (&sleeper_lock);
+  sleeper_stage = stage;
+  pthread_cond_broadcast (&sleeper_cond);
+  pthread_mutex_unlock (&sleeper_lock);
+}
+
+static void
+sleeper_wait (int stage)
+{
+  pthread_mutex_lock (&sleeper_lock);
+  while (sleeper_stage != stage)
+    pthread_cond_wait (&sleeper_cond, &sleeper_lock);
+  pthread_mutex_unlock (&sleeper_lock);
+}
 
 static void *
 crest_free_and_sleep (void *arg)
@@ -459,12 +478,8 @@ crest_free_and_sleep (void *arg)
   ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x29);
   tick_for (4, 5);   /* the heap's clock samples the crest */
   free_all (swing, SWING_BLOCKS);
-  g_mutex_lock (&sleeper_lock);
-  sleeper_stage = 1;
-  g_cond_broadcast (&sleeper_cond);
-  while (sleeper_stage != 2)
-    g_cond_wait (&sleeper_cond, &sleeper_lock);
-  g_mutex_unlock (&sleeper_lock);
+  sleeper_set (1);
+  sleeper_wait (2);
   return NULL;
 }
 
@@ -476,10 +491,7 @@ test_sleeping_thread_heap_returned (void)
   keep_allocating ();
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, crest_free_and_sleep, NULL), ==, 0);
-  g_mutex_lock (&sleeper_lock);
-  while (sleeper_stage != 1)
-    g_cond_wait (&sleeper_cond, &sleeper_lock);
-  g_mutex_unlock (&sleeper_lock);
+  sleeper_wait (1);
   size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
   g_test_message ("%zu of %zu freed pages resident as the thread goes to sleep", resident, total);
   gint64 deadline = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
@@ -489,10 +501,7 @@ test_sleeping_thread_heap_returned (void)
       resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
     }
   g_test_message ("%zu of %zu freed pages resident at the end", resident, total);
-  g_mutex_lock (&sleeper_lock);
-  sleeper_stage = 2;
-  g_cond_broadcast (&sleeper_cond);
-  g_mutex_unlock (&sleeper_lock);
+  sleeper_set (2);
   g_assert_cmpint (pthread_join (t, NULL), ==, 0);
   if (resident > total / 4)
     g_error ("%zu of the %zu pages a sleeping thread freed are resident after 5 s of other "
