@@ -410,13 +410,21 @@ test_shrunk_heap_returns_slabs (void)
  * the slabs the exited thread had in runs at its crest go back once the
  * adopter has left them idle for a period or two, not two epochs later
  * (the adopter's needs are its own: churn_threads kept 170 KiB more). */
+/* Fills swing[] (a crest the heap's clock samples, 5 ms periods), then
+ * frees it all. */
+static void
+crest_then_free (int byte)
+{
+  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, byte);
+  tick_for (4, 5);
+  free_all (swing, SWING_BLOCKS);
+}
+
 static void *
 crest_and_exit (void *arg)
 {
   (void) arg;
-  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x17);
-  tick_for (4, 5);   /* the heap's clock samples the crest */
-  free_all (swing, SWING_BLOCKS);
+  crest_then_free (0x17);
   return NULL;
 }
 
@@ -476,9 +484,7 @@ static void *
 crest_free_and_sleep (void *arg)
 {
   (void) arg;
-  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x29);
-  tick_for (4, 5);   /* the heap's clock samples the crest */
-  free_all (swing, SWING_BLOCKS);
+  crest_then_free (0x29);
   sleeper_set (1);
   sleeper_wait (2);
   return NULL;
