@@ -471,6 +471,44 @@ test_random_mix_carves_near_live (void)
   g_free (slot);
 }
 
+/* A new run goes where there is room in the heap's SuperSlabs before the
+ * heap takes another one, however many of them are full or have only a
+ * short stretch of free slabs (backend/heap.c keeps those with room in
+ * buckets by their longest free stretch). Runs of 112 KiB blocks are 7
+ * slabs (16 blocks), so each SuperSlab they fill keeps a stretch of 3
+ * free slabs; 20 KiB blocks have 1-slab runs of 3, which fit there. */
+enum { WIDE_SIZE = 112 * HT_KiB, WIDE_BLOCKS = 20 * 16, NARROW_SIZE = 20 * HT_KiB, NARROW_BLOCKS = 60 };
+
+static void
+test_runs_fill_short_stretches (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  const char *acquired = "hakmem: superslab: runs made %*llu freed %*llu; superslabs acquired %llu";
+  void *wide[WIDE_BLOCKS], *narrow[NARROW_BLOCKS];
+  unsigned long long before = ht_stats_number (acquired);
+  ht_alloc_filled (wide, WIDE_BLOCKS, WIDE_SIZE, 0x11);
+  unsigned long long filled = ht_stats_number (acquired);
+  g_test_message ("%llu SuperSlabs for %d blocks of %d KiB", filled - before, WIDE_BLOCKS,
+                  (int) (WIDE_SIZE / HT_KiB));
+  g_assert_cmpuint (filled - before, >=, WIDE_BLOCKS / 16);   /* what the rest of the test assumes */
+  ht_alloc_filled (narrow, NARROW_BLOCKS, NARROW_SIZE, 0x22);
+  unsigned long long after = ht_stats_number (acquired);
+  if (after != filled)
+    g_error ("%llu more SuperSlabs for %d blocks of %d KiB, with room for them in %llu",
+             after - filled, NARROW_BLOCKS, (int) (NARROW_SIZE / HT_KiB), filled - before);
+  for (int i = 0; i < NARROW_BLOCKS; i++)
+    g_assert_cmpint (*(unsigned char *) narrow[i], ==, 0x22);
+  for (int i = 0; i < WIDE_BLOCKS; i++)
+    T (free) (wide[i]);
+  for (int i = 0; i < NARROW_BLOCKS; i++)
+    T (free) (narrow[i]);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -485,6 +523,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
   g_test_add_func ("/sizes/random-mix-carves-near-live", test_random_mix_carves_near_live);
+  g_test_add_func ("/sizes/runs-fill-short-stretches", test_runs_fill_short_stretches);
 
   return g_test_run ();
 }

@@ -40,7 +40,11 @@ struct hak_heap {
     struct hak_slab *partial[HAK_NCLASS];
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
+    /* Those with free slabs, by the longest stretch of free slabs they
+     * have: room[b] holds those whose stretch is 2^b to 2^(b+1)-1 slabs */
+    struct hak_superslab *room[HAK_ROOM_BUCKETS];
     unsigned ss_count;
+    unsigned free_slabs;              /* free slabs of its SuperSlabs, all told */
     /* Free slabs of its SuperSlabs whose pages some run touched since they
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;

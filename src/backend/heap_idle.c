@@ -108,10 +108,7 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
 #define HAK_HIGH_SLACK_DIV 16u
 
 static unsigned slabs_in_runs(const struct hak_heap *h) {
-    unsigned free = 0;
-    for (const struct hak_superslab *ss = h->ss_list; ss; ss = ss->next)
-        free += (unsigned)__builtin_popcount(ss->free_mask);
-    return h->ss_count * (unsigned)__builtin_popcount(HAK_SS_ALL_FREE) - free;
+    return h->ss_count * (unsigned)__builtin_popcount(HAK_SS_ALL_FREE) - h->free_slabs;
 }
 
 static unsigned recent_high(const struct hak_heap *h) {
@@ -123,9 +120,12 @@ int hak_heap_within_recent_high(const struct hak_heap *h) {
     return slabs_in_runs(h) + h->dirty_free <= recent_high(h);
 }
 
-/* Dirty free slabs of h beyond what its recent high keeps (one tick). */
-static unsigned dirty_beyond_recent_high(struct hak_heap *h) {
-    unsigned used = slabs_in_runs(h);
+/* Dirty free slabs of h beyond what its recent high keeps (one tick);
+ * idle: slabs of its runs with no block out, which do not count toward
+ * the high (an exited thread's runs, kept for the thread that adopts its
+ * heap, made that thread keep as many free slabs for an epoch). */
+static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle) {
+    unsigned used = slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
     if (++h->high_ticks >= HAK_HIGH_EPOCH) {
         h->high_last = h->high_now;
@@ -141,8 +141,10 @@ static unsigned dirty_beyond_recent_high(struct hak_heap *h) {
  * a borrower's drain: a run found empty at two ticks in a row went unused
  * for a whole period and goes back to its SuperSlab, where the clock
  * purges its slabs. Without this, an adopter that never used those
- * classes kept their pages for as long as it lived. */
-static void release_runs_empty_for_a_period(struct hak_heap *h) {
+ * classes kept their pages for as long as it lived. Returns the slabs of
+ * the empty runs it keeps for now. */
+static unsigned release_runs_empty_for_a_period(struct hak_heap *h) {
+    unsigned kept = 0;
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         for (struct hak_slab *next, *s = h->partial[c]; s; s = next) {
             next = s->next;
@@ -150,12 +152,14 @@ static void release_runs_empty_for_a_period(struct hak_heap *h) {
                 s->seen_empty = 0;
             } else if (!s->seen_empty) {
                 s->seen_empty = 1;
+                kept += s->nslabs;
             } else {
                 hak_heap_partial_unlink(h, s);
                 hak_heap_run_release(h, hak_ss_of_slab(s), s, 1);
             }
         }
     }
+    return kept;
 }
 
 /* Empty SuperSlabs the heap kept for its recent high (hak_heap_run_release)
@@ -211,8 +215,8 @@ void hak_heap_decay(struct hak_heap *h) {
     if (!period || (int32_t)(now - h->decay_at) < 0) return;
     h->decay_at = now + period;
     h->st.decay_ticks++;
-    release_runs_empty_for_a_period(h);
-    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h));
+    unsigned empty_runs = release_runs_empty_for_a_period(h);
+    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs));
     release_purged_empty(h);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;

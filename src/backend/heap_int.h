@@ -28,6 +28,8 @@ static inline void hak_heap_dirty_sub(struct hak_heap *h, unsigned n) {
 /* heap.c; the caller holds h's lock */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);
+/* Adds ss to h's SuperSlabs / takes it out (ss_list's order, free_slabs) */
+void hak_heap_ss_link(struct hak_heap *h, struct hak_superslab *ss);
 void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss);
 /* A run with no block out goes back to its SuperSlab; a SuperSlab with no
  * run goes back to the pool, except the heap's last one when keep_last. */

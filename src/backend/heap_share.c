@@ -72,11 +72,7 @@ static void ss_move(struct hak_heap *from, struct hak_heap *to, struct hak_super
     hak_heap_dirty_sub(from, hak_ss_dirty_free(ss));
     hak_heap_dirty_add(to, hak_ss_dirty_free(ss));
     hak_heap_ss_unlink(from, ss);
-    ss->prev = NULL;
-    ss->next = to->ss_list;
-    if (ss->next) ss->next->prev = ss;
-    to->ss_list = ss;
-    to->ss_count++;
+    hak_heap_ss_link(to, ss);
     hak_ss_set_owner(ss, to);
 }
 

@@ -50,6 +50,11 @@ struct hak_superslab {
     uint64_t magic;
     struct hak_heap *owner;
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
+    /* its owner's bucket of SuperSlabs with room for new runs, by their
+     * longest stretch of free slabs (backend/heap.c, room_find);
+     * room_bucket is HAK_ROOM_NONE when it has no free slab */
+    struct hak_superslab *room_next, *room_prev;
+    uint8_t room_bucket;
     uint32_t free_mask;      /* bit i set: slab i free */
     uint32_t dirty_mask;     /* bit i set: slab i was in a run since the pages were last purged */
     uint32_t idle_mask;      /* free and dirty at its last decay tick, in no run since */
@@ -62,6 +67,10 @@ struct hak_superslab {
 };
 
 #define HAK_SS_ALL_FREE 0xFFFFFFFEu   /* slab 0 is the header */
+/* A heap's SuperSlabs with free slabs are kept by their longest stretch
+ * of free slabs, in power-of-two buckets: 1, 2-3, 4-7, 8-15, 16-31. */
+#define HAK_ROOM_BUCKETS 5u
+#define HAK_ROOM_NONE 0xFFu
 
 HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
     return (struct hak_superslab *)((uintptr_t)p & ~(uintptr_t)HAK_CHUNK_MASK);
