@@ -33,8 +33,8 @@ struct hak_heap {
      * holds its own heap's lock only ever try-locks another heap's. */
     hak_spinlock_t lock;
     /* Classes whose runs got free blocks back from other threads (its
-     * inbox) since a borrower last found none there: a hint for borrow()
-     * in backend/heap.c, read without the lock. */
+     * inbox) since a borrower last found none there: a hint for hak_heap_borrow()
+     * in backend/heap_share.c, read without the lock. */
     _Atomic uint64_t lendable[(HAK_NCLASS + 63) / 64];
     struct hak_slab *current[HAK_NCLASS];
     struct hak_slab *partial[HAK_NCLASS];

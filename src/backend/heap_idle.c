@@ -92,7 +92,7 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * high: the most it had in runs at any tick of this epoch or the last one
  * (HAK_HIGH_EPOCH ticks each, 1.3 s at the default period). Once the heap
  * stays smaller for two epochs, the high falls to its new size and the rest
- * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap.c).
+ * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap_runs.c).
  * realloc_grow, whose runs swing between 500 and 800 slabs about every
  * 100 ms, made about 210 madvise calls between 0.2 s and 1.4 s of its run
  * (2.9 per 100,000 operations); now none. With a 16-tick epoch, whose

@@ -1,7 +1,8 @@
-/* What the heap's three files share, and nothing outside them uses:
- * heap.c (runs, refill, flush, inboxes), heap_idle.c (memory nobody uses:
- * exited threads' heaps, purge on a clock) and heap_share.c (blocks and
- * SuperSlabs that move from one heap to another). */
+/* What the heap's four files share, and nothing outside them uses:
+ * heap.c (refill, flush, inboxes), heap_runs.c (runs and SuperSlabs: where
+ * a new run goes, what an emptied one gives back), heap_idle.c (memory
+ * nobody uses: exited threads' heaps, purge on a clock) and heap_share.c
+ * (blocks and SuperSlabs that move from one heap to another). */
 #ifndef HAK_HEAP_INT_H
 #define HAK_HEAP_INT_H
 
@@ -25,15 +26,21 @@ static inline void hak_heap_dirty_sub(struct hak_heap *h, unsigned n) {
     h->dirty_free = h->dirty_free > n ? h->dirty_free - n : 0;
 }
 
-/* heap.c; the caller holds h's lock */
+/* heap_runs.c; the caller holds h's lock */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);
-/* Adds ss to h's SuperSlabs / takes it out (ss_list's order, free_slabs) */
+/* Adds ss to h's SuperSlabs / takes it out (with its room bucket and free_slabs) */
 void hak_heap_ss_link(struct hak_heap *h, struct hak_superslab *ss);
 void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss);
 /* A run with no block out goes back to its SuperSlab; a SuperSlab with no
  * run goes back to the pool, except the heap's last one when keep_last. */
 void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last);
+/* A new run for cls in one of h's SuperSlabs (NULL: none has room), or in
+ * a SuperSlab taken from the pool (NULL: out of memory). */
+struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls);
+struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls);
+
+/* heap.c; the caller holds h's lock */
 /* Puts the blocks other threads sent to h back on its runs (those of
  * SuperSlabs that moved on go to their new owner); keep_empty: see slab_put. */
 void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);

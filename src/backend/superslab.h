@@ -51,7 +51,7 @@ struct hak_superslab {
     struct hak_heap *owner;
     struct hak_superslab *next, *prev;   /* heap list, or global pool list */
     /* its owner's bucket of SuperSlabs with room for new runs, by their
-     * longest stretch of free slabs (backend/heap.c, room_find);
+     * longest stretch of free slabs (backend/heap_runs.c, room_find);
      * room_bucket is HAK_ROOM_NONE when it has no free slab */
     struct hak_superslab *room_next, *room_prev;
     uint8_t room_bucket;
@@ -77,7 +77,7 @@ HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
 }
 /* The heap a SuperSlab belongs to. Other threads read it to send blocks
  * back while a heap that took it over from an exited thread's may be
- * writing it (backend/heap.c, ss_move): a stale read only sends a block to
+ * writing it (backend/heap_share.c, ss_move): a stale read only sends a block to
  * the previous owner's inbox, which forwards it. */
 static inline struct hak_heap *hak_ss_owner(const struct hak_superslab *ss) {
     return __atomic_load_n(&ss->owner, __ATOMIC_RELAXED);

@@ -1,0 +1,189 @@
+/* A heap's runs and SuperSlabs: which SuperSlabs have room for a new run
+ * and where it goes, and what happens to a run that empties. The caller
+ * holds the heap's lock. */
+#include "backend/heap_int.h"
+#include "core/options.h"
+
+void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
+    s->state = HAK_SLAB_PARTIAL;
+    s->prev = NULL;
+    s->next = h->partial[s->cls];
+    if (s->next) s->next->prev = s;
+    h->partial[s->cls] = s;
+}
+
+void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s) {
+    if (s->prev) s->prev->next = s->next;
+    else h->partial[s->cls] = s->next;
+    if (s->next) s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+}
+
+/* ---- where a new run fits ---------------------------------------------
+ * A new run goes where it fits in the heap's SuperSlabs. Looking at each
+ * one's free slabs made every new run touch every SuperSlab header, a
+ * cache and TLB miss apiece: with 2 GiB of 64-byte blocks (1,000
+ * SuperSlabs), half the program's time. So the SuperSlabs with free slabs
+ * are also kept in buckets by their longest stretch of free slabs (see
+ * HAK_ROOM_BUCKETS): a run looks in the bucket that may fit it and the
+ * ones above, which all do, and full SuperSlabs are in none. */
+static unsigned longest_free_stretch(uint32_t mask) {
+    unsigned len = 0;
+    for (; mask; mask &= mask >> 1) len++;
+    return len;
+}
+static unsigned room_bucket_for(unsigned slabs) {
+    return 31u - (unsigned)__builtin_clz(slabs);   /* slabs >= 1 */
+}
+static void room_remove(struct hak_heap *h, struct hak_superslab *ss) {
+    if (ss->room_bucket == HAK_ROOM_NONE) return;
+    if (ss->room_prev) ss->room_prev->room_next = ss->room_next;
+    else h->room[ss->room_bucket] = ss->room_next;
+    if (ss->room_next) ss->room_next->room_prev = ss->room_prev;
+    ss->room_bucket = HAK_ROOM_NONE;
+}
+/* At the head of its bucket: the SuperSlab whose runs changed last is the
+ * likeliest to have free slabs still resident (dirty), which room_find
+ * prefers. */
+static void room_insert(struct hak_heap *h, struct hak_superslab *ss, unsigned b) {
+    ss->room_bucket = (uint8_t)b;
+    ss->room_prev = NULL;
+    ss->room_next = h->room[b];
+    if (ss->room_next) ss->room_next->room_prev = ss;
+    h->room[b] = ss;
+}
+static unsigned room_bucket_of(const struct hak_superslab *ss) {
+    unsigned len = longest_free_stretch(ss->free_mask);
+    return len ? room_bucket_for(len) : HAK_ROOM_NONE;
+}
+/* ss's free slabs changed by delta (a run placed or given back); it
+ * changes bucket only when its longest stretch crosses a power of two. */
+static void room_changed(struct hak_heap *h, struct hak_superslab *ss, int delta) {
+    h->free_slabs += (unsigned)delta;
+    unsigned b = room_bucket_of(ss);
+    if (b == ss->room_bucket) return;
+    room_remove(h, ss);
+    if (b != HAK_ROOM_NONE) room_insert(h, ss, b);
+}
+
+void hak_heap_ss_link(struct hak_heap *h, struct hak_superslab *ss) {
+    ss->prev = NULL;
+    ss->next = h->ss_list;
+    if (ss->next) ss->next->prev = ss;
+    h->ss_list = ss;
+    h->ss_count++;
+    h->free_slabs += (unsigned)__builtin_popcount(ss->free_mask);
+    ss->room_bucket = HAK_ROOM_NONE;
+    unsigned b = room_bucket_of(ss);
+    if (b != HAK_ROOM_NONE) room_insert(h, ss, b);
+}
+
+void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss) {
+    if (ss->prev) ss->prev->next = ss->next;
+    else h->ss_list = ss->next;
+    if (ss->next) ss->next->prev = ss->prev;
+    h->ss_count--;
+    h->free_slabs -= (unsigned)__builtin_popcount(ss->free_mask);
+    room_remove(h, ss);
+}
+
+/* Where a run of n slabs goes in h's SuperSlabs (NULL: nowhere; *pos and
+ * *dirty as hak_ss_run_fit gives them): the place that covers the most
+ * dirty slabs (see superslab.h) among the first HAK_RUN_FITS SuperSlabs
+ * it fits in, shortest stretches first. In n's own bucket, where a
+ * stretch may be too short, at most HAK_RUN_MISFITS are looked at. With
+ * 8 fits, fragment's peak RSS was 225.6 MiB instead of 212.4: a run put
+ * on clean slabs while dirty ones waited further on; with 32, 212.3. */
+#define HAK_RUN_FITS 32u
+#define HAK_RUN_MISFITS 16u
+static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned *pos, unsigned *dirty) {
+    struct hak_superslab *best = NULL;
+    unsigned fits = 0, misfits = 0;
+    for (unsigned b = room_bucket_for(n); b < HAK_ROOM_BUCKETS; b++) {
+        for (struct hak_superslab *ss = h->room[b]; ss; ss = ss->room_next) {
+            unsigned d, p = hak_ss_run_fit(ss, n, &d);
+            if (!p) {
+                if (++misfits >= HAK_RUN_MISFITS) break;
+                continue;
+            }
+            if (!best || d > *dirty) {
+                best = ss;
+                *pos = p;
+                *dirty = d;
+                if (d == n) return best;
+            }
+            if (++fits >= HAK_RUN_FITS) return best;
+        }
+    }
+    return best;
+}
+
+/* A run with no block out goes back to its SuperSlab; a SuperSlab with no
+ * run goes back to the pool, except the heap's last one (so a heap that
+ * oscillates around one SuperSlab does not churn). Free slabs stay
+ * resident until the purge on a clock finds them idle (heap_idle.c), but
+ * that runs on the owner's misses only: a program that frees most of its
+ * memory at once, then allocates no more (or allocates other sizes for a
+ * while), kept it all (fragment: 74 MiB of free slabs resident at the
+ * end, final RSS 216 MiB against glibc's 179). Past HAK_DIRTY_FREE_MAX
+ * such slabs in a heap, a run's slabs are purged as the run goes back:
+ * fragment's final RSS 183 MiB. The bound is large because a heap whose
+ * live size swings (realloc_grow) frees and reuses many slabs: a 4 MiB
+ * bound made it 554 madvise calls instead of 17 (16 MiB: 280; 32 MiB:
+ * 35), while new runs go to dirty slabs first. HAKMEM_DECAY_MS=0 turns
+ * this off with the clock. */
+#define HAK_DIRTY_FREE_MAX (512u)   /* slabs: 32 MiB */
+void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last) {
+    unsigned first = s->index, n = s->nslabs;
+    hak_ss_run_free(ss, s);
+    room_changed(h, ss, (int)n);
+    h->st.runs_freed++;
+    hak_heap_dirty_add(h, n);
+    /* an empty SuperSlab within the heap's recent high (heap_idle.c) stays
+     * for its next crest, until the clock purges it */
+    if (ss->free_mask == HAK_SS_ALL_FREE &&
+        (!keep_last || (h->ss_count > 1 && !(hak_opt(HAK_OPT_DECAY_MS) && hak_heap_within_recent_high(h))))) {
+        hak_heap_dirty_sub(h, hak_ss_dirty_free(ss));
+        hak_heap_ss_unlink(h, ss);
+        h->st.ss_released++;
+        hak_ss_release(ss);
+    } else if (h->dirty_free > HAK_DIRTY_FREE_MAX && hak_opt(HAK_OPT_DECAY_MS)) {
+        hak_ss_purge_slabs(ss, first, n);
+        hak_heap_dirty_sub(h, n);
+        h->st.dirty_purges++;
+    }
+}
+
+/* A new run for cls in one of h's SuperSlabs (room_find); NULL when none
+ * has room. */
+struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
+    unsigned pos = 0, dirty = 0, n = hak_ss_run_slabs(cls, h->run_level[cls]);
+    struct hak_superslab *ss = room_find(h, n, &pos, &dirty);
+    if (!ss) return NULL;
+    hak_heap_dirty_sub(h, dirty);
+    if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
+    h->st.runs_made++;
+    struct hak_slab *s = hak_ss_run_place(ss, pos, n, cls);
+    room_changed(h, ss, -(int)n);
+    return s;
+}
+
+/* A new run for cls in a SuperSlab taken from the pool. */
+struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls) {
+    /* before taking more memory, collect what exited threads' heaps were
+     * sent back (cheap when there is none: one relaxed load) */
+    if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED))
+        hak_heap_scavenge_abandoned();
+    struct hak_superslab *ss = hak_ss_acquire(h);
+    if (!ss) return NULL;
+    h->st.ss_acquired++;
+    hak_heap_ss_link(h, ss);
+    h->st.runs_made++;
+    unsigned n = hak_ss_run_slabs(cls, h->run_level[cls]);
+    if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
+    struct hak_slab *s = hak_ss_run_alloc(ss, n, cls);
+    room_changed(h, ss, -(int)n);
+    hak_heap_dirty_add(h, hak_ss_dirty_free(ss));   /* a SuperSlab the pool kept may have some */
+    return s;
+}
+
