@@ -233,8 +233,7 @@ static unsigned long long
 stats_runs_purged_at_once (void)
 {
   return ht_stats_number ("hakmem: decay: ticks %*llu, pages given back %*llu times (%*llu of them whole "
-                          "ready SuperSlabs); runs purged as they went back (free slabs over the "
-                          "bound) %llu");
+                          "ready SuperSlabs); purge calls for free slabs over the bound %llu");
 }
 
 static void
@@ -261,7 +260,7 @@ test_bound_follows_purges (void)
     }
   unsigned long long purged = stats_runs_purged_at_once ();
   if (purged)
-    g_error ("%llu runs purged as they went back, with at most 14 MiB of free slabs", purged);
+    g_error ("%llu purge calls for free slabs over the bound, with at most 14 MiB of them", purged);
 }
 
 /* Runs a thread's exit kept for the thread that adopts its heap go back
@@ -449,6 +448,31 @@ test_adopted_heap_forgets_high (void)
              "in the heap's next thread", left, total);
 }
 
+/* The high's epochs are counted in time: a heap ticks only on its misses,
+ * and one that misses once every 8 periods kept its crest's free slabs
+ * for 128 of its ticks (5 s here) when epochs were counted in ticks. Two
+ * epochs are 640 ms at a 5 ms period. */
+static void
+test_rarely_missing_heap_forgets_high (void)
+{
+  if (!in_process_with_decay ("5"))
+    return;
+  keep_allocating ();
+  crest_then_free (0x2C);
+  size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+  gint64 start = g_get_monotonic_time (), deadline = start + 3 * G_USEC_PER_SEC;
+  while (resident > total / 8 && g_get_monotonic_time () < deadline)
+    {
+      tick_for (1, 40);
+      resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+    }
+  g_test_message ("%zu of %zu pages resident after %.2f s", resident, total,
+                  (double) (g_get_monotonic_time () - start) / G_USEC_PER_SEC);
+  if (resident > total / 8)
+    g_error ("%zu of %zu pages freed 3 s ago are still resident in a heap that misses every 40 ms",
+             resident, total);
+}
+
 /* A thread that frees what it had at its crest and then sleeps (a worker
  * waiting on a queue) has no misses, so its heap's clock stops with the
  * slabs and empty SuperSlabs kept for its high: other heaps' ticks give
@@ -528,6 +552,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
   g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);
+  g_test_add_func ("/decay/rarely-missing-heap-forgets-high", test_rarely_missing_heap_forgets_high);
   g_test_add_func ("/decay/sleeping-thread-heap-returned", test_sleeping_thread_heap_returned);
   return g_test_run ();
 }

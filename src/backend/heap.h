@@ -18,11 +18,13 @@ struct hak_heap_stats {
     uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
-    uint64_t dirty_purges;            /* runs purged as they went back (dirty_free over its bound) */
+    uint64_t dirty_purges;            /* purge calls for free slabs past the bound on dirty_free */
     uint64_t idle_bins, idle_bin_blocks;   /* bins emptied after a decay period untouched */
     uint64_t class_refills[HAK_NCLASS];
     uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
 };
+
+#define HAK_PURGE_SS 8u   /* SuperSlabs in a heap's purge batch */
 
 struct hak_heap {
     _Atomic(void *) inbox;            /* remote frees, any thread pushes */
@@ -48,10 +50,14 @@ struct hak_heap {
     /* Free slabs of its SuperSlabs whose pages some run touched since they
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;
+    /* SuperSlabs with free slabs past the bound on dirty_free, to purge
+     * in one batch (heap_runs.c, purge_later), and how many slabs */
+    struct hak_superslab *purge_ss[HAK_PURGE_SS];
+    unsigned purge_n, purge_slabs;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
     /* Most slabs in runs at a tick of this decay epoch and of the last one,
-     * and this epoch's ticks so far (heap_idle.c, dirty_beyond_recent_high) */
-    uint32_t high_now, high_last, high_ticks;
+     * and when this epoch began (heap_idle.c, dirty_beyond_recent_high) */
+    uint32_t high_now, high_last, high_since;
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */

@@ -42,7 +42,8 @@ struct hak_heap *hak_heap_acquire(void) {
     if (h) {
         /* no recent high yet (see dirty_beyond_recent_high) */
         hak_spin_lock(&h->lock);
-        h->high_now = h->high_last = h->high_ticks = 0;
+        h->high_now = h->high_last = 0;
+        h->high_since = hak_os_clock_ms();
         hak_spin_unlock(&h->lock);
         return h;
     }
@@ -90,7 +91,9 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * for memory it keeps needing, and no lower peak. So the clock leaves
  * resident as many free slabs as the heap had slabs in runs at its recent
  * high: the most it had in runs at any tick of this epoch or the last one
- * (HAK_HIGH_EPOCH ticks each, 1.3 s at the default period). Once the heap
+ * (HAK_HIGH_EPOCH periods each, 1.3 s at the default period; counted in
+ * time, not ticks, since a heap ticks only on its misses: one that missed
+ * once a second kept its crest's slabs for two minutes). Once the heap
  * stays smaller for two epochs, the high falls to its new size and the rest
  * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap_runs.c).
  * realloc_grow, whose runs swing between 500 and 800 slabs about every
@@ -124,13 +127,14 @@ int hak_heap_within_recent_high(const struct hak_heap *h) {
  * idle: slabs of its runs with no block out, which do not count toward
  * the high (an exited thread's runs, kept for the thread that adopts its
  * heap, made that thread keep as many free slabs for an epoch). */
-static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle) {
+static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period) {
     unsigned used = slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
-    if (++h->high_ticks >= HAK_HIGH_EPOCH) {
+    uint32_t epoch = period > INT32_MAX / HAK_HIGH_EPOCH ? INT32_MAX : HAK_HIGH_EPOCH * period;
+    if ((int32_t)(now - h->high_since) >= (int32_t)epoch) {
         h->high_last = h->high_now;
         h->high_now = used;
-        h->high_ticks = 0;
+        h->high_since = now;
     }
     unsigned keep = recent_high(h) - used;
     return h->dirty_free > keep ? h->dirty_free - keep : 0;
@@ -215,8 +219,9 @@ void hak_heap_decay(struct hak_heap *h) {
     if (!period || (int32_t)(now - h->decay_at) < 0) return;
     h->decay_at = now + period;
     h->st.decay_ticks++;
+    if (h->purge_n) hak_heap_purge_batch(h);
     unsigned empty_runs = release_runs_empty_for_a_period(h);
-    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs));
+    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period));
     release_purged_empty(h);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;
@@ -307,6 +312,7 @@ size_t hak_heap_release_unused(struct hak_heap *h) {
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) hak_heap_drain_inbox(h, 0);
     release_empty_runs(h);
     heap_trim(h);
+    hak_heap_purge_batch(h);
     size_t n = (size_t)(h->st.ss_released - before);
     hak_spin_unlock(&h->lock);
     return n;

@@ -35,6 +35,8 @@ void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss);
 /* A run with no block out goes back to its SuperSlab; a SuperSlab with no
  * run goes back to the pool, except the heap's last one when keep_last. */
 void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last);
+/* Purges the slabs h's batch holds now (at a tick, or under pressure). */
+void hak_heap_purge_batch(struct hak_heap *h);
 /* A new run for cls in one of h's SuperSlabs (NULL: none has room), or in
  * a SuperSlab taken from the pool (NULL: out of memory). */
 struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls);

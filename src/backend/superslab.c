@@ -293,11 +293,25 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
     ss->free_mask |= run_bits(n) << i;
 }
 
-void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n) {
+/* Gives back, in one call, the stretch of span's slabs around slab i
+ * (span: slabs that may go back together, all free); returns its bits. */
+static uint32_t purge_stretch(struct hak_superslab *ss, unsigned i, uint32_t span) {
+    while (i > 1 && (span >> (i - 1) & 1)) i--;
+    unsigned n = (unsigned)__builtin_ctz(~(span >> i));
     hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
     uint32_t bits = run_bits(n) << i;
     ss->dirty_mask &= ~bits;
     ss->idle_mask &= ~bits;
+    return bits;
+}
+
+unsigned hak_ss_purge_free(struct hak_superslab *ss, uint32_t mask, unsigned *calls) {
+    uint32_t todo = mask & ss->free_mask & ss->dirty_mask, before = ss->dirty_mask;
+    while (todo) {
+        todo &= ~purge_stretch(ss, (unsigned)__builtin_ctz(todo), ss->free_mask);
+        (*calls)++;
+    }
+    return (unsigned)__builtin_popcount(before & ~ss->dirty_mask);
 }
 
 unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget,
@@ -309,14 +323,10 @@ unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t p
     uint32_t span = stale | (ss->free_mask & ~ss->dirty_mask);
     unsigned calls = 0;
     while (stale && calls < budget && *excess) {
-        unsigned i = (unsigned)__builtin_ctz(stale);
-        while (i > 1 && (span >> (i - 1) & 1)) i--;
-        unsigned n = (unsigned)__builtin_ctz(~(span >> i));
-        hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
-        uint32_t bits = run_bits(n) << i;
-        unsigned purged = (unsigned)__builtin_popcount(ss->dirty_mask & bits);
+        uint32_t dirty = ss->dirty_mask;
+        uint32_t bits = purge_stretch(ss, (unsigned)__builtin_ctz(stale), span);
+        unsigned purged = (unsigned)__builtin_popcount(dirty & bits);
         *excess -= purged < *excess ? purged : *excess;
-        ss->dirty_mask &= ~bits;
         stale &= ~bits;
         calls++;
     }

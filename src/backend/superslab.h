@@ -55,6 +55,8 @@ struct hak_superslab {
      * room_bucket is HAK_ROOM_NONE when it has no free slab */
     struct hak_superslab *room_next, *room_prev;
     uint8_t room_bucket;
+    /* slabs its owner is to purge with its next batch (backend/heap_runs.c) */
+    uint32_t purge_pending;
     uint32_t free_mask;      /* bit i set: slab i free */
     uint32_t dirty_mask;     /* bit i set: slab i was in a run since the pages were last purged */
     uint32_t idle_mask;      /* free and dirty at its last decay tick, in no run since */
@@ -163,8 +165,10 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s);
  * Returns the calls made. */
 unsigned hak_ss_purge_idle(struct hak_superslab *ss, uint32_t now_ms, uint32_t period_ms, unsigned budget,
                            unsigned *excess);
-/* Gives back the pages of the free slabs i .. i+n-1 of ss now (one call). */
-void hak_ss_purge_slabs(struct hak_superslab *ss, unsigned i, unsigned n);
+/* Gives back now the pages of the slabs of mask that are free and dirty,
+ * with the whole stretch of free slabs each is in (one call a stretch,
+ * added to *calls); returns how many dirty slabs went back. */
+unsigned hak_ss_purge_free(struct hak_superslab *ss, uint32_t mask, unsigned *calls);
 /* Free slabs of ss whose pages a run touched since they were last purged. */
 static inline unsigned hak_ss_dirty_free(const struct hak_superslab *ss) {
     return (unsigned)__builtin_popcount(ss->free_mask & ss->dirty_mask);

@@ -47,7 +47,7 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->ss_acquired, (unsigned long long)s->ss_released,
             ss.mapped, ss.reused, ss.purged, ss.unmapped, ss.cached, ss.live, ss.live * 2);
     hak_log("hakmem: decay: ticks %llu, pages given back %llu times (%zu of them whole ready SuperSlabs); "
-            "runs purged as they went back (free slabs over the bound) %llu; "
+            "purge calls for free slabs over the bound %llu; "
             "idle bins emptied %llu (blocks %llu)\n",
             (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges, ss.decayed,
             (unsigned long long)s->dirty_purges, (unsigned long long)s->idle_bins,
