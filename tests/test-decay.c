@@ -171,6 +171,36 @@ test_large_drop_returned_at_once (void)
   free_all (live, nlive);
 }
 
+/* Slabs past the bound go back in batches, one call a stretch of free
+ * slabs: a heap freed in the order it was built (blocks of 64 KiB, a slab
+ * each, one in 32 kept so that no SuperSlab empties) made a call for each
+ * of the ~1,000 slabs past the bound. */
+static unsigned long long stats_purges_over_bound (void);
+
+static void
+test_drop_returned_in_batches (void)
+{
+  if (!in_process_with_decay ("60000"))
+    return;
+  ht_alloc_filled (drop, DROP_BLOCKS, DROP_BLOCK, 0x3C);
+  unsigned long long before = stats_purges_over_bound ();
+  size_t freed = 0;
+  for (size_t i = 0; i < DROP_BLOCKS; i++)
+    if (i % 32 != 0)
+      {
+        T (free) (drop[i]);
+        drop[i] = NULL;
+        freed++;
+      }
+  unsigned long long calls = stats_purges_over_bound () - before;
+  size_t past_bound = freed - (size_t) DROP_BOUND_MIB * HT_MiB / DROP_BLOCK;
+  g_test_message ("%llu purge calls for %zu slabs freed past the bound", calls, past_bound);
+  g_assert_cmpuint (calls, >, 0);
+  if (calls > past_bound / 8)
+    g_error ("%llu purge calls for %zu slabs freed in order past the bound", calls, past_bound);
+  free_all (drop, DROP_BLOCKS);
+}
+
 /* A thread that keeps blocks of a class in its cache, then goes on with
  * other sizes, gives them back: a bin untouched for a decay period is
  * emptied into the heap, which releases the class's runs (whose pages the
@@ -230,7 +260,7 @@ enum { CYCLE_BLOCKS = 224, CYCLE_BLOCK = 64 * 1024, CYCLES = 12 };   /* 14 MiB a
 static void *cycle_blocks[CYCLE_BLOCKS];
 
 static unsigned long long
-stats_runs_purged_at_once (void)
+stats_purges_over_bound (void)
 {
   return ht_stats_number ("hakmem: decay: ticks %*llu, pages given back %*llu times (%*llu of them whole "
                           "ready SuperSlabs); purge calls for free slabs over the bound %llu");
@@ -258,7 +288,7 @@ test_bound_follows_purges (void)
       for (size_t i = 0; i < CYCLE_BLOCKS; i++)
         T (free) (cycle_blocks[i]);
     }
-  unsigned long long purged = stats_runs_purged_at_once ();
+  unsigned long long purged = stats_purges_over_bound ();
   if (purged)
     g_error ("%llu purge calls for free slabs over the bound, with at most 14 MiB of them", purged);
 }
@@ -546,6 +576,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/freed-memory-returned", test_freed_memory_returned);
   g_test_add_func ("/decay/off-keeps-cache", test_decay_off_keeps_cache);
   g_test_add_func ("/decay/large-drop-returned-at-once", test_large_drop_returned_at_once);
+  g_test_add_func ("/decay/drop-returned-in-batches", test_drop_returned_in_batches);
   g_test_add_func ("/decay/idle-cache-returned", test_idle_cache_returned);
   g_test_add_func ("/decay/bound-follows-purges", test_bound_follows_purges);
   g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
