@@ -67,14 +67,14 @@ static void room_changed(struct hak_heap *h, struct hak_superslab *ss, int delta
 }
 
 /* Free slabs past a heap's bound (HAK_DIRTY_FREE_MAX, below) go back in
- * batches: a program that frees a large
- * heap in the order it was built empties the runs of one SuperSlab after
- * the other, and a call for each run (a slab, for small blocks) made
- * 7,315 madvise calls to free 256 MiB of 16-256 B blocks twice (bench/big_heap
- * 256 16 256 42). A batch holds the slabs of up to HAK_PURGE_SS
- * SuperSlabs, HAK_PURGE_BATCH of them at most (2 MiB resident a while
- * longer), and gives back each SuperSlab's in one call a stretch of free
- * slabs; the clock's tick empties it too. */
+ * batches. A program that frees a large heap in the order it built it
+ * empties the runs of one SuperSlab after the other, and a call for each
+ * run (a slab, for small blocks) made about 7,400 madvise calls to free
+ * 256 MiB of 16-256 B blocks twice (bench/big_heap 256 16 256 42; 1,382
+ * now). A batch holds the slabs of up to HAK_PURGE_SS SuperSlabs,
+ * HAK_PURGE_BATCH slabs at most (2 MiB resident a while longer), and
+ * gives back each SuperSlab's with one call a stretch of free slabs; the
+ * clock's tick empties it too. */
 #define HAK_PURGE_BATCH 32u
 
 void hak_heap_purge_batch(struct hak_heap *h) {
