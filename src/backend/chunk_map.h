@@ -52,8 +52,10 @@ struct hak_free_tables {
      * uses it as is; hak_ss_tag() gives the class). 4 MiB of .bss; only
      * the rows of live SuperSlabs are touched. */
     uint16_t ss_tags[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
-    /* 16 bytes a class, like a bin, so one scaled index serves both */
-    struct hak_class_check class_magic[HAK_NBINS];   /* see size_class.h */
+    /* 16 bytes a class, like a bin, so one scaled index serves both; then
+     * as many rows of zeros, whose check always fails, for the tags of
+     * runs with hollow blocks (HAK_TAG_HOLLOW) */
+    struct hak_class_check class_magic[2 * HAK_NBINS];   /* see size_class.h */
 };
 HAK_DATA struct hak_free_tables hak_free_tables;
 #define hak_chunk_map         (hak_free_tables.chunk_map)
@@ -67,9 +69,20 @@ HAK_DATA uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
 
 #define HAK_TAG_SCALE 16u   /* sizeof(struct hak_bin) == sizeof(struct hak_class_check) */
 
+/* A run with hollow blocks (backend/heap_hollow.c) has its class's tag
+ * plus this: its zero magic row sends every free of its blocks off the hit
+ * path, to the checks that know about hollow blocks (whose pages went
+ * back, free mark included). */
+#define HAK_TAG_HOLLOW (HAK_NBINS * HAK_TAG_SCALE)
+
 /* The class of slab `slab` of the SuperSlab whose chunk map entry is e. */
 HAK_INLINE unsigned hak_ss_tag(unsigned e, unsigned slab) {
-    return hak_ss_tags[e][slab] / HAK_TAG_SCALE;
+    unsigned tag = __atomic_load_n(&hak_ss_tags[e][slab], __ATOMIC_RELAXED);
+    return (tag >= HAK_TAG_HOLLOW ? tag - HAK_TAG_HOLLOW : tag) / HAK_TAG_SCALE;
+}
+/* 1 when that slab's run has hollow blocks. */
+HAK_INLINE int hak_ss_tag_hollow(unsigned e, unsigned slab) {
+    return __atomic_load_n(&hak_ss_tags[e][slab], __ATOMIC_RELAXED) >= HAK_TAG_HOLLOW;
 }
 
 /* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */

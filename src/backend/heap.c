@@ -26,13 +26,15 @@ static void slab_put(struct hak_heap *h, void *p, int keep_empty) {
     s->free = p;
     s->nfree++;
     s->used--;
+    h->dropped_bytes += s->block_size;
     if (s->state == HAK_SLAB_CURRENT) return;
     if (s->used == 0 && !keep_empty) {
         if (s->state == HAK_SLAB_PARTIAL) hak_heap_partial_unlink(h, s);
         hak_heap_run_release(h, ss, s, 1);
-    } else if (s->state == HAK_SLAB_FULL) {
-        hak_heap_partial_push(h, s);
+        return;
     }
+    if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
+    hak_heap_hollow_consider(h, s);
 }
 
 /* ---- refill / flush / remote ------------------------------------------- */
@@ -55,7 +57,9 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
  * touched before the program asks for it), else up to want of them. */
 static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned got;
-    if (!bin->head && s->nfree <= bin->room) {
+    if (!s->nfree) {
+        got = hak_slab_take_hollow(s, bin, want);   /* their pages fault back in */
+    } else if (!bin->head && s->nfree <= bin->room) {
         got = s->nfree;
         bin->head = s->free;
         s->free = NULL;
@@ -70,8 +74,9 @@ static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned wa
 /* take_blocks from a partly used run of h; a run left with nothing to
  * give leaves the partial list. */
 static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want) {
+    hak_heap_hollow_dequeue(h, s);   /* in use again */
     unsigned got = take_blocks(s, bin, want);
-    if (!s->nfree && s->carved == s->capacity) {
+    if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);
         s->state = HAK_SLAB_FULL;
     }
@@ -81,9 +86,9 @@ static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_
 /* Free blocks of h's runs of class cls, the current run's first. */
 unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     struct hak_slab *s = h->current[cls];
-    if (s && s->nfree) return take_blocks(s, bin, want);
+    if (s && (s->nfree || s->nhollow)) return take_blocks(s, bin, want);
     for (s = h->partial[cls]; s; s = s->next)
-        if (s->nfree) return take_partial(h, s, bin, want);
+        if (s->nfree || s->nhollow) return take_partial(h, s, bin, want);
     return 0;
 }
 
@@ -102,7 +107,7 @@ static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_
     for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++) {
         if (!hak_class_stands_in(big, cls)) continue;
         struct hak_slab *s = h->partial[big];
-        if (s && s->nfree) return take_partial(h, s, bin, want);
+        if (s && (s->nfree || s->nhollow)) return take_partial(h, s, bin, want);
         /* a class with fewer live blocks than a run holds has its free
          * ones in its current run: half of them, so that it does not
          * carve for itself at once what it lent */
@@ -120,6 +125,8 @@ static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_
 /* Accounts for got blocks just moved onto the bin. */
 static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned got) {
     bin->room -= got < bin->room ? got : bin->room;
+    size_t took = (size_t)got * hak_class_size[cls];
+    h->dropped_bytes = h->dropped_bytes > took ? h->dropped_bytes - took : 0;
     h->st.refills++;
     h->st.refilled_blocks += got;
     h->st.class_refills[cls]++;
@@ -167,6 +174,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     hak_heap_decay(h);
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed))
         hak_heap_drain_inbox(h, 0);
+    hak_heap_hollow_batch(h);
     unsigned got;
     for (;;) {
         if ((got = hak_heap_take_own(h, cls, bin, want)) != 0) return refilled(h, cls, bin, got);
@@ -294,6 +302,7 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p) {
         uint32_t n = 0;
         for (void *q = s->free; q && n < s->nfree && !found; q = hak_link_get(q), n++)
             found = q == p;
+        if (s->nhollow && hak_slab_holds_hollow(s, p)) found = 1;
     }
     /* blocks other threads sent back: pushers only add at the head, and
      * whoever unlinks them (a drain, the owner's or a borrower's) holds

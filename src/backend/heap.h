@@ -20,6 +20,7 @@ struct hak_heap_stats {
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
     uint64_t dirty_purges;            /* purge calls for free slabs past the bound on dirty_free */
     uint64_t idle_bins, idle_bin_blocks;   /* bins emptied after a decay period untouched */
+    uint64_t hollowed_runs, hollow_calls, hollowed_blocks;   /* heap_hollow.c */
     uint64_t class_refills[HAK_NCLASS];
     uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
 };
@@ -55,6 +56,13 @@ struct hak_heap {
     struct hak_superslab *purge_ss[HAK_PURGE_SS];
     unsigned purge_n, purge_slabs;
     uint32_t decay_at;                /* hak_os_clock_ms() of the next decay tick */
+    /* Partly used runs mostly free, oldest first, whose free pages may go
+     * back (heap_hollow.c), and their free bytes when they joined */
+    struct hak_slab *hollow_queue, *hollow_queue_tail;
+    size_t hollow_queued_bytes;
+    /* Bytes of blocks its runs got back, less those its bins took, since
+     * it last held more (never below 0): how far it fell from its peak */
+    size_t dropped_bytes;
     /* Most slabs in runs at a tick of this decay epoch and of the last one,
      * and when this epoch began (heap_idle.c, dirty_beyond_recent_high) */
     uint32_t high_now, high_last, high_since;

@@ -44,6 +44,7 @@ struct hak_heap *hak_heap_acquire(void) {
         hak_spin_lock(&h->lock);
         h->high_now = h->high_last = 0;
         h->high_since = hak_os_clock_ms();
+        h->dropped_bytes = 0;   /* the exited thread's fall says nothing either */
         hak_spin_unlock(&h->lock);
         return h;
     }
@@ -220,6 +221,7 @@ void hak_heap_decay(struct hak_heap *h) {
     h->decay_at = now + period;
     h->st.decay_ticks++;
     if (h->purge_n) hak_heap_purge_batch(h);
+    hak_heap_hollow_tick(h, now, period);
     unsigned empty_runs = release_runs_empty_for_a_period(h);
     unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period));
     release_purged_empty(h);

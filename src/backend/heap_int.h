@@ -64,6 +64,21 @@ void hak_heap_scavenge_abandoned(void);            /* before h takes a new Super
 struct hak_heap *hak_heap_abandoned_take_locked(int *busy);
 void hak_heap_abandoned_unlock_return(struct hak_heap *h);
 
+/* heap_hollow.c; the caller holds h's lock (pages of free blocks inside
+ * runs in use go back: see there) */
+/* After a block went back to s: queue s if it is mostly free now. */
+void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab *s);
+/* s leaves the queue (a block was taken from it, or it left the partial list). */
+void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s);
+/* On a refill: the whole queue, after a large drop. */
+void hak_heap_hollow_batch(struct hak_heap *h);
+/* At a decay tick: runs that waited in the queue a whole period. */
+void hak_heap_hollow_tick(struct hak_heap *h, uint32_t now, uint32_t period);
+/* Moves up to want of s's hollow blocks onto the bin; returns how many. */
+unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned want);
+/* s goes back to its SuperSlab: its bitmap is cleared. */
+void hak_slab_hollow_reset(struct hak_slab *s);
+
 /* heap_share.c; the caller holds h's lock */
 unsigned hak_heap_borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
 int hak_heap_absorb_abandoned(struct hak_heap *h);

@@ -13,6 +13,7 @@ void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
 }
 
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s) {
+    hak_heap_hollow_dequeue(h, s);
     if (s->prev) s->prev->next = s->next;
     else h->partial[s->cls] = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -183,6 +184,8 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
 
 void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last) {
     unsigned first = s->index, n = s->nslabs;
+    hak_heap_hollow_dequeue(h, s);
+    hak_slab_hollow_reset(s);
     hak_ss_run_free(ss, s);
     room_changed(h, ss, (int)n);
     h->st.runs_freed++;

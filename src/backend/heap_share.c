@@ -62,7 +62,7 @@ static void ss_move(struct hak_heap *from, struct hak_heap *to, struct hak_super
         struct hak_slab *s = &ss->slabs[i];
         if (s->state == HAK_SLAB_CURRENT) {
             from->current[s->cls] = NULL;
-            if (s->nfree || s->carved < s->capacity) hak_heap_partial_push(to, s);
+            if (s->nfree || s->nhollow || s->carved < s->capacity) hak_heap_partial_push(to, s);
             else s->state = HAK_SLAB_FULL;
         } else if (s->state == HAK_SLAB_PARTIAL) {
             hak_heap_partial_unlink(from, s);

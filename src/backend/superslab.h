@@ -42,6 +42,17 @@ struct hak_slab {
     uint8_t index;           /* slab index in its SuperSlab */
     uint8_t seen_empty;      /* a partial run with no block out at its heap's last decay tick */
     uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (> 64 KiB) */
+    /* Hollow blocks (backend/heap_hollow.c): free blocks whose pages went
+     * back to the OS, off the free list, one bit each in the run's bitmap
+     * (hak_slab_hollow_bits); where to look for the next one */
+    uint32_t nhollow;
+    uint32_t hollow_word;
+    /* the heap's queue of runs to hollow: when the run joined it and how
+     * many free bytes it had then (heap_hollow.c) */
+    struct hak_slab *queue_next, *queue_prev;
+    uint32_t queued_ms;
+    uint32_t queued_bytes;
+    uint8_t queued;
 };
 
 #define HAK_SS_MAGIC 0x68616b6d53536c62ull   /* "hakmSSlb" */
@@ -69,6 +80,14 @@ struct hak_superslab {
 };
 
 #define HAK_SS_ALL_FREE 0xFFFFFFFEu   /* slab 0 is the header */
+
+/* The hollow-block bitmaps (backend/heap_hollow.c) live in the header
+ * slab, from its second page on: 512 bytes a slab, a bit for each of the
+ * at most 4,096 blocks a 64 KiB slab holds, so a run's bitmap is its
+ * slabs' stretch of it. Pages of it are touched only by runs that have
+ * hollow blocks, and every bit is clear again once a run has none. */
+#define HAK_HOLLOW_BITMAP_OFF HAK_PAGE_SIZE
+#define HAK_HOLLOW_SLAB_BYTES (HAK_SLAB_SIZE / 16 / 8)
 /* A heap's SuperSlabs with free slabs are kept by their longest stretch
  * of free slabs, in power-of-two buckets: 1, 2-3, 4-7, 8-15, 16-31. */
 #define HAK_ROOM_BUCKETS 5u
@@ -93,7 +112,18 @@ HAK_INLINE unsigned hak_slab_index(const void *p) {
 /* Class tag of every slab, read by the inline free path: runs are tagged on
  * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
 HAK_INLINE void hak_ss_set_tag(const struct hak_superslab *ss, unsigned slab, unsigned cls) {
-    hak_ss_tags[hak_ss_entry_of(ss->index)][slab] = (uint16_t)(cls * HAK_TAG_SCALE);
+    __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][slab], (uint16_t)(cls * HAK_TAG_SCALE),
+                     __ATOMIC_RELAXED);
+}
+/* Tags every slab of run s for its class, hollow (HAK_TAG_HOLLOW) or not. */
+HAK_INLINE void hak_ss_tag_run(const struct hak_superslab *ss, unsigned first, unsigned n, unsigned cls,
+                               int hollow) {
+    uint16_t tag = (uint16_t)(cls * HAK_TAG_SCALE + (hollow ? HAK_TAG_HOLLOW : 0));
+    /* other threads free the run's blocks meanwhile: whichever tag they
+     * read, the block is handled right (a hollow tag only sends it to the
+     * full check), but the tag is read and written atomically */
+    for (unsigned k = 0; k < n; k++)
+        __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][first + k], tag, __ATOMIC_RELAXED);
 }
 HAK_INLINE void hak_ss_clear_tags(const struct hak_superslab *ss) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) hak_ss_set_tag(ss, i, HAK_CLASS_INVALID);
@@ -111,6 +141,24 @@ HAK_INLINE struct hak_superslab *hak_ss_of_slab(const struct hak_slab *s) {
  * take it for a reference to that block.) */
 HAK_INLINE char *hak_slab_start(const struct hak_slab *s) {
     return (char *)hak_ss_of(s) + ((size_t)s->index << HAK_SLAB_SHIFT);
+}
+/* Run s's hollow-block bitmap (see HAK_HOLLOW_BITMAP_OFF). */
+HAK_INLINE uint64_t *hak_slab_hollow_bits(const struct hak_slab *s) {
+    return (uint64_t *)((char *)hak_ss_of(s) + HAK_HOLLOW_BITMAP_OFF +
+                        (size_t)s->index * HAK_HOLLOW_SLAB_BYTES);
+}
+/* Index of block p of run s (p a block start of s). */
+HAK_INLINE uint32_t hak_slab_block_index(const struct hak_slab *s, const void *p) {
+    uintptr_t off = (uintptr_t)p - (uintptr_t)hak_slab_start(s);
+    uint32_t in_slab = (uint32_t)(((uint64_t)(off & (HAK_SLAB_SIZE - 1)) * s->block_recip) >> 32);
+    return s->per_slab ? (uint32_t)(off >> HAK_SLAB_SHIFT) * s->per_slab + in_slab
+                       : (uint32_t)(((uint64_t)off * s->block_recip) >> 32);
+}
+/* 1 when block p of run s is hollow (backend/heap_hollow.c); read without
+ * the heap's lock by the pointer checks. */
+HAK_INLINE int hak_slab_holds_hollow(const struct hak_slab *s, const void *p) {
+    uint32_t k = hak_slab_block_index(s, p);
+    return (int)((__atomic_load_n(&hak_slab_hollow_bits(s)[k / 64], __ATOMIC_RELAXED) >> (k % 64)) & 1);
 }
 /* Block k of run s (k < capacity). */
 HAK_INLINE char *hak_slab_block(const struct hak_slab *s, uint32_t k) {

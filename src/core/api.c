@@ -144,8 +144,9 @@ HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
     }
     const struct hak_class_check *m =
         (const struct hak_class_check *)((const char *)hak_class_magic + tag);
-    if (m->mul == 0 && tag != HAK_CLASS_INVALID) {
-        /* a tag other than 0 means p's chunk is a plain SuperSlab */
+    if (m->mul == 0 && tag != HAK_CLASS_INVALID && tag < HAK_TAG_HOLLOW) {
+        /* a tag other than 0 means p's chunk is a plain SuperSlab; hollow
+         * ones (backend/heap_hollow.c) take the full check below */
         unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
                        ((uint64_t)hak_ss_runpos[e][slab] << HAK_SLAB_SHIFT);

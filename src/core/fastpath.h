@@ -111,7 +111,9 @@ HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {
      * both 16 bytes a class */
     _Static_assert(sizeof(struct hak_class_check) == HAK_TAG_SCALE &&
                    sizeof(struct hak_bin) == HAK_TAG_SCALE, "tag is a bin offset");
-    *at = hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)];
+    /* relaxed atomic: a plain load on x86; the tag of a run with hollow
+     * blocks changes while other threads free its blocks */
+    *at = __atomic_load_n(&hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)], __ATOMIC_RELAXED);
     return hak_tag_live(p, *at);
 }
 

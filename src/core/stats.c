@@ -52,6 +52,10 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges, ss.decayed,
             (unsigned long long)s->dirty_purges, (unsigned long long)s->idle_bins,
             (unsigned long long)s->idle_bin_blocks);
+    hak_log("hakmem: hollow runs (free pages inside runs in use given back): passes %llu, "
+            "purge calls %llu, blocks made hollow %llu\n",
+            (unsigned long long)s->hollowed_runs, (unsigned long long)s->hollow_calls,
+            (unsigned long long)s->hollowed_blocks);
     hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)

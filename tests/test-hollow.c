@@ -1,0 +1,261 @@
+/* Hollow runs (backend/heap_hollow.c): after a large drop, the pages of
+ * free blocks inside runs that still have live blocks go back to the OS
+ * once the program allocates again; the blocks stay usable, double frees
+ * of them are still caught, and a steady heap gives nothing back. Each
+ * case runs in a fresh process with HAKMEM_DECAY_MS=60000 (no tick comes
+ * during a case; the drop alone decides). */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+/* 2 KiB blocks, 16 MiB: every eighth one stays live, so each group of
+ * four pages keeps its first one (a live block and a free one) and gives
+ * back the other three. */
+enum { N = 8192, SIZE = 2048, KEEP_EVERY = 8 };
+static void *blocks[N];
+
+static gboolean
+in_process (const char *on_error)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);
+  if (on_error)
+    g_setenv ("HAKMEM_ON_ERROR", on_error, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_ON_ERROR");
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+static int
+page_resident (const void *p)
+{
+  const size_t page = (size_t) sysconf (_SC_PAGESIZE);
+  unsigned char v = 0;
+  g_assert_cmpint (mincore ((void *) ((uintptr_t) p & ~(uintptr_t) (page - 1)), page, &v), ==, 0);
+  return v & 1;
+}
+
+static unsigned long long
+stats_hollow_blocks (void)
+{
+  return ht_stats_number ("hakmem: hollow runs (free pages inside runs in use given back): passes %*llu, "
+                          "purge calls %*llu, blocks made hollow %llu");
+}
+
+/* Builds the heap, frees all but every KEEP_EVERY-th block (blocks[] keeps
+ * the freed pointers, live[] the others), then allocates blocks of
+ * another class (the heap refills). Returns the live count. */
+static size_t
+drop_then_allocate (void **live)
+{
+  for (size_t i = 0; i < N; i++)
+    {
+      blocks[i] = T (malloc) (SIZE);
+      g_assert_nonnull (blocks[i]);
+      ht_fill (blocks[i], SIZE, i);
+    }
+  size_t nlive = 0;
+  for (size_t i = 0; i < N; i++)
+    if (i % KEEP_EVERY == 0)
+      {
+        live[nlive++] = blocks[i];
+        blocks[i] = NULL;
+      }
+    else
+      T (free) (blocks[i]);
+  /* more blocks of another class than any cache holds: refills */
+  void *other[256];
+  for (size_t i = 0; i < G_N_ELEMENTS (other); i++)
+    g_assert_nonnull (other[i] = T (malloc) (3000));
+  for (size_t i = 0; i < G_N_ELEMENTS (other); i++)
+    T (free) (other[i]);
+  return nlive;
+}
+
+static size_t
+freed_pages_resident (size_t *total)
+{
+  size_t resident = 0;
+  *total = 0;
+  for (size_t i = 0; i < N; i++)
+    if (blocks[i])
+      {
+        resident += (size_t) page_resident (blocks[i]);
+        (*total)++;
+      }
+  return resident;
+}
+
+static void
+check_live (void *const *live, size_t nlive)
+{
+  for (size_t i = 0; i < nlive; i++)
+    ht_assert_pattern (live[i], SIZE, i * KEEP_EVERY);
+}
+
+/* The freed blocks' pages go back, the live blocks keep their contents,
+ * and the freed blocks are handed out again (their pages fault back in),
+ * none twice and none over a live one. */
+static void
+test_drop_gives_back_free_pages (void)
+{
+  if (!in_process (NULL))
+    return;
+  void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  unsigned long long before = stats_hollow_blocks ();
+  size_t nlive = drop_then_allocate (live);
+  size_t total, resident = freed_pages_resident (&total);
+  unsigned long long hollow = stats_hollow_blocks () - before;
+  g_test_message ("first pages of %zu freed blocks: %zu resident; %llu blocks made hollow", total,
+                  resident, hollow);
+  /* a bin keeps up to 2 MiB of them (1,024 blocks), and a freed block
+   * beside a live one keeps its page */
+  if (resident > total / 2)
+    g_error ("%zu of %zu freed blocks' first pages still resident after a 14 MiB drop", resident, total);
+  g_assert_cmpuint (hollow, >, 0);
+  check_live (live, nlive);
+
+  size_t n = N - nlive;
+  HtRange *r = g_new (HtRange, N);
+  for (size_t i = 0; i < n; i++)
+    {
+      blocks[i] = T (malloc) (SIZE);
+      g_assert_nonnull (blocks[i]);
+      ht_fill (blocks[i], SIZE, 1000000 + i);
+      r[i] = (HtRange){ (uintptr_t) blocks[i], (uintptr_t) blocks[i] + SIZE };
+    }
+  for (size_t i = 0; i < nlive; i++)
+    r[n + i] = (HtRange){ (uintptr_t) live[i], (uintptr_t) live[i] + SIZE };
+  ht_assert_disjoint (r, N);
+  check_live (live, nlive);
+  for (size_t i = 0; i < n; i++)
+    {
+      ht_assert_pattern (blocks[i], SIZE, 1000000 + i);
+      T (free) (blocks[i]);
+    }
+  for (size_t i = 0; i < nlive; i++)
+    T (free) (live[i]);
+  g_free (r);
+  g_free (live);
+}
+
+/* A freed block whose page went back has lost its free mark: freeing it
+ * again must still be reported (and do nothing, with warn), and so must a
+ * realloc of it; no block may then be handed out twice. */
+static void
+test_hollow_double_free_caught (void)
+{
+  if (!in_process ("warn"))
+    {
+      g_test_trap_assert_stderr ("*free(*double free*realloc(*double free*");
+      return;
+    }
+  void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  size_t nlive = drop_then_allocate (live);
+  void *hollow = NULL;
+  size_t freed = 0;
+  for (size_t i = 0; i < N; i++)
+    if (blocks[i])
+      {
+        freed++;
+        if (!hollow && !page_resident (blocks[i]))
+          hollow = blocks[i];
+      }
+  g_assert_nonnull (hollow);
+  T (free) (hollow);
+  g_assert_null (T (realloc) (hollow, 100));
+  GHashTable *seen = g_hash_table_new (NULL, NULL);
+  for (size_t i = 0; i < nlive; i++)
+    g_hash_table_add (seen, live[i]);
+  for (size_t i = 0; i < freed + 64; i++)
+    {
+      void *p = T (malloc) (SIZE);
+      g_assert_nonnull (p);
+      if (!g_hash_table_add (seen, p))
+        g_error ("%p handed out twice after a double free of a hollow block", p);
+    }
+  ht_free_keys_and_destroy (seen);
+  g_free (live);
+}
+
+/* Another thread frees the live blocks of runs with hollow blocks (the
+ * owner's inbox), then the owner allocates them all again. */
+static void *
+free_live (void *arg)
+{
+  void **live = arg;
+  for (size_t i = 0; live[i]; i++)
+    T (free) (live[i]);
+  return NULL;
+}
+
+static void
+test_remote_frees_into_hollow_runs (void)
+{
+  if (!in_process (NULL))
+    return;
+  void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  drop_then_allocate (live);
+  g_assert_cmpuint (stats_hollow_blocks (), >, 0);
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, free_live, live), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  HtRange *r = g_new (HtRange, N);
+  for (size_t i = 0; i < N; i++)
+    {
+      blocks[i] = T (malloc) (SIZE);
+      g_assert_nonnull (blocks[i]);
+      ht_fill (blocks[i], SIZE, i);
+      r[i] = (HtRange){ (uintptr_t) blocks[i], (uintptr_t) blocks[i] + SIZE };
+    }
+  ht_assert_disjoint (r, N);
+  for (size_t i = 0; i < N; i++)
+    {
+      ht_assert_pattern (blocks[i], SIZE, i);
+      T (free) (blocks[i]);
+    }
+  g_free (r);
+  g_free (live);
+}
+
+/* Random replacement at a constant live count (mid_large_mt's pattern:
+ * small runs of 8-32 KiB blocks, often three quarters free) gives no page
+ * back: what it frees, it takes again. */
+static void
+test_steady_heap_keeps_pages (void)
+{
+  enum { SLOTS = 1024, OPS = 200000 };
+  if (!in_process (NULL))
+    return;
+  void *slot[SLOTS];
+  uint64_t rng = 42;
+  for (size_t i = 0; i < SLOTS; i++)
+    slot[i] = T (malloc) (8192 + ht_rand (&rng) % (24 * 1024));
+  for (size_t i = 0; i < OPS; i++)
+    {
+      size_t k = ht_rand (&rng) % SLOTS;
+      T (free) (slot[k]);
+      slot[k] = T (malloc) (8192 + ht_rand (&rng) % (24 * 1024));
+      g_assert_nonnull (slot[k]);
+      *(char *) slot[k] = 1;
+    }
+  unsigned long long hollow = stats_hollow_blocks ();
+  g_test_message ("%llu blocks made hollow in %d random replacements", hollow, OPS);
+  g_assert_cmpuint (hollow, ==, 0);
+  for (size_t i = 0; i < SLOTS; i++)
+    T (free) (slot[i]);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/hollow/drop-gives-back-free-pages", test_drop_gives_back_free_pages);
+  g_test_add_func ("/hollow/double-free-caught", test_hollow_double_free_caught);
+  g_test_add_func ("/hollow/remote-frees-into-hollow-runs", test_remote_frees_into_hollow_runs);
+  g_test_add_func ("/hollow/steady-heap-keeps-pages", test_steady_heap_keeps_pages);
+  return g_test_run ();
+}
