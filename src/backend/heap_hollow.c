@@ -35,9 +35,6 @@
 
 #include <string.h>
 
-/* Below this, a page holds 8 blocks or more, and random frees rarely
- * leave one wholly free. */
-#define HAK_HOLLOW_MIN_BLOCK 512u
 /* Free bytes a run needs, in pages, to be worth a pass. */
 #define HAK_HOLLOW_MIN_PAGES 4u
 /* A fall from the peak, with as many bytes queued, that makes a heap
@@ -62,7 +59,9 @@ static inline void page_set(uint64_t *map, unsigned p) { map[p / 64] |= (uint64_
 static inline int page_get(const uint64_t *map, unsigned p) { return (int)((map[p / 64] >> (p % 64)) & 1); }
 
 /* Mostly free (3/4 of its carved blocks), with enough free bytes and
- * blocks large enough for whole pages to be free; not empty (an empty run
+ * blocks large enough for whole pages to be free (HAK_HOLLOW_MIN_BLOCK,
+ * heap_int.h: below it a page holds 8 blocks or more, and random frees
+ * rarely leave one wholly free); not empty (an empty run
  * goes back whole, or is kept whole for an exited thread's successor). */
 static int worth_hollowing(const struct hak_slab *s) {
     return s->used && s->per_slab && s->block_size >= HAK_HOLLOW_MIN_BLOCK &&
@@ -81,7 +80,7 @@ void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s) {
     h->hollow_queued_bytes -= s->queued_bytes;
 }
 
-void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab *s) {
+void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s) {
     if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s)) return;
     s->queued = 1;
     s->queued_ms = hak_os_clock_ms();
