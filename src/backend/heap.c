@@ -12,29 +12,38 @@ struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT };
  * lock. A run left with no block out goes back to its SuperSlab, unless
  * keep_empty: a borrower draining another heap's inbox keeps the runs
  * whole, so that their blocks can still be lent (hak_heap_borrow()); freed slabs of
- * a heap whose thread does not allocate would be of no use to anyone. */
-static void slab_put(struct hak_heap *h, void *p, int keep_empty) {
+ * a heap whose thread does not allocate would be of no use to anyone.
+ * Returns the run when it stays partly used (the caller then sees whether
+ * it should join the hollow queue: done there, where h is at hand anyway,
+ * this function saves registers on every block), else NULL. */
+static struct hak_slab *slab_put(struct hak_heap *h, void *p, int keep_empty) {
     struct hak_superslab *ss = hak_ss_of(p);
     struct hak_slab *s = hak_slab_of(ss, p);
     /* the free path checks mid-size blocks only for 16-byte alignment: an
      * interior pointer is caught here, before it can corrupt the run */
     if (HAK_UNLIKELY(!hak_slab_is_block_start(s, p))) {
         hak_report_bad("free", p, HAK_REASON_INTERIOR);
-        return;
+        return NULL;
     }
     hak_link_set(p, s->free);
     s->free = p;
     s->nfree++;
     s->used--;
-    h->dropped_bytes += s->block_size;
-    if (s->state == HAK_SLAB_CURRENT) return;
+    if (s->state == HAK_SLAB_CURRENT) return NULL;
     if (s->used == 0 && !keep_empty) {
         if (s->state == HAK_SLAB_PARTIAL) hak_heap_partial_unlink(h, s);
         hak_heap_run_release(h, ss, s, 1);
-        return;
+        return NULL;
     }
     if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
-    hak_heap_hollow_consider(h, s);
+    return s;
+}
+
+/* slab_put, then what the heap's hollow runs need to know (heap_hollow.c). */
+static inline void slab_put_noting(struct hak_heap *h, void *p, int keep_empty, size_t size) {
+    struct hak_slab *s = slab_put(h, p, keep_empty);
+    h->dropped_bytes += size;
+    if (s) hak_heap_hollow_consider(h, s);
 }
 
 /* ---- refill / flush / remote ------------------------------------------- */
@@ -233,6 +242,9 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
     struct hak_heap *chain_owner = NULL;
     void *chain_first = NULL, *chain_last = NULL;
     unsigned chain_len = 0;
+    /* a bin's blocks are of its class's size, but for a larger class's
+     * blocks a refill lent it: dropped_bytes is an estimate anyway */
+    size_t size = bin->head ? hak_slab_of(hak_ss_of(bin->head), bin->head)->block_size : 0;
     hak_heap_decay(h);
     h->st.flushes++;
     h->st.flushed_blocks += n;
@@ -241,7 +253,10 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
         bin->head = hak_link_get(p);
         bin->room++;
         struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
-        if (owner == h) { slab_put(h, p, keep_empty); continue; }
+        if (owner == h) {
+            slab_put_noting(h, p, keep_empty, size);
+            continue;
+        }
         if (owner != chain_owner && chain_first) {
             hak_heap_remote_push(chain_owner, chain_first, chain_last);
             h->st.remote_pushes++;
@@ -282,7 +297,7 @@ void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
         if (HAK_LIKELY(owner == h)) {
             unsigned cls = hak_slab_of(ss, p)->cls;
             classes[cls / 64] |= (uint64_t)1 << (cls % 64);
-            slab_put(h, p, keep_empty);
+            slab_put_noting(h, p, keep_empty, hak_class_size[cls]);
         } else {
             hak_heap_remote_push(owner, p, p);   /* its SuperSlab moved to another heap (ss_move) */
         }

@@ -71,26 +71,28 @@ static int worth_hollowing(const struct hak_slab *s) {
 
 void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s) {
     if (!s->queued) return;
-    if (s->queue_prev) s->queue_prev->queue_next = s->queue_next;
-    else h->hollow_queue = s->queue_next;
-    if (s->queue_next) s->queue_next->queue_prev = s->queue_prev;
-    else h->hollow_queue_tail = s->queue_prev;
-    s->queue_next = s->queue_prev = NULL;
+    struct hak_slab_queue *q = hak_slab_queue_of(s);
+    if (q->prev) hak_slab_queue_of(q->prev)->next = q->next;
+    else h->hollow_queue = q->next;
+    if (q->next) hak_slab_queue_of(q->next)->prev = q->prev;
+    else h->hollow_queue_tail = q->prev;
+    q->next = q->prev = NULL;
     s->queued = 0;
-    h->hollow_queued_bytes -= s->queued_bytes;
+    h->hollow_queued_bytes -= q->queued_bytes;
 }
 
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s) {
     if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s)) return;
+    struct hak_slab_queue *q = hak_slab_queue_of(s);
     s->queued = 1;
-    s->queued_ms = hak_os_clock_ms();
-    s->queued_bytes = s->nfree * s->block_size;
-    s->queue_next = NULL;
-    s->queue_prev = h->hollow_queue_tail;
-    if (s->queue_prev) s->queue_prev->queue_next = s;
+    q->queued_ms = hak_os_clock_ms();
+    q->queued_bytes = s->nfree * s->block_size;
+    q->next = NULL;
+    q->prev = h->hollow_queue_tail;
+    if (q->prev) hak_slab_queue_of(q->prev)->next = s;
     else h->hollow_queue = s;
     h->hollow_queue_tail = s;
-    h->hollow_queued_bytes += s->queued_bytes;
+    h->hollow_queued_bytes += q->queued_bytes;
 }
 
 /* Gives back the pages of run s that hold bytes of its free list's blocks
@@ -142,7 +144,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     if (moved) {
         if (!s->nhollow) hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 1);
         s->nhollow += moved;
-        s->hollow_word = 0;
+        hak_slab_queue_of(s)->hollow_word = 0;
     }
     h->st.hollowed_runs++;
     h->st.hollow_calls += calls;
@@ -165,14 +167,15 @@ void hak_heap_hollow_batch(struct hak_heap *h) {
 void hak_heap_hollow_tick(struct hak_heap *h, uint32_t now, uint32_t period) {
     uint32_t wait = period > INT32_MAX / HAK_HOLLOW_WAIT ? INT32_MAX : HAK_HOLLOW_WAIT * period;
     for (unsigned n = 0; n < HAK_HOLLOW_TICK_RUNS && h->hollow_queue &&
-                         (int32_t)(now - h->hollow_queue->queued_ms) >= (int32_t)wait;
+                         (int32_t)(now - hak_slab_queue_of(h->hollow_queue)->queued_ms) >= (int32_t)wait;
          n++)
         hollow_one(h, h->hollow_queue);
 }
 
 unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     uint64_t *bits = hak_slab_hollow_bits(s);
-    unsigned words = (s->capacity + 63) / 64, w = s->hollow_word, got = 0;
+    struct hak_slab_queue *q = hak_slab_queue_of(s);
+    unsigned words = (s->capacity + 63) / 64, w = q->hollow_word, got = 0;
     void *head = bin->head;
     while (got < want && got < s->nhollow && w < words) {
         uint64_t word = __atomic_load_n(&bits[w], __ATOMIC_RELAXED);
@@ -185,10 +188,10 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
         got++;
     }
     bin->head = head;
-    s->hollow_word = w;
+    q->hollow_word = w;
     s->nhollow -= got;
     if (!s->nhollow) {
-        s->hollow_word = 0;
+        q->hollow_word = 0;
         hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 0);
     }
     return got;
@@ -198,5 +201,6 @@ void hak_slab_hollow_reset(struct hak_slab *s) {
     if (!s->nhollow) return;
     uint64_t *bits = hak_slab_hollow_bits(s);
     for (unsigned w = 0; w < (s->capacity + 63) / 64; w++) __atomic_store_n(&bits[w], 0, __ATOMIC_RELAXED);
-    s->nhollow = s->hollow_word = 0;
+    s->nhollow = 0;
+    hak_slab_queue_of(s)->hollow_word = 0;
 }

@@ -33,6 +33,7 @@ static int purged_full_locked(size_t keep) {
 /* Only the header's first page survives a purge, so the list link and the
  * purged flag must live there. */
 _Static_assert(offsetof(struct hak_superslab, slab_head) < HAK_PAGE_SIZE, "header link in first page");
+_Static_assert(sizeof(struct hak_slab) == 64, "a run's metadata is indexed by a shift");
 /* The hollow-block bitmaps follow the header in slab 0. */
 _Static_assert(sizeof(struct hak_superslab) <= HAK_HOLLOW_BITMAP_OFF &&
                HAK_HOLLOW_BITMAP_OFF + HAK_SLABS_PER_SS * HAK_HOLLOW_SLAB_BYTES <= HAK_SLAB_SIZE,
@@ -276,9 +277,9 @@ struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned
     s->cls = (uint8_t)cls;
     s->nslabs = (uint8_t)n;
     s->state = HAK_SLAB_CURRENT;
-    s->nhollow = s->hollow_word = 0;   /* its bitmap is clear: see HAK_HOLLOW_BITMAP_OFF */
-    s->queue_next = s->queue_prev = NULL;
+    s->nhollow = 0;   /* its bitmap is clear: see HAK_HOLLOW_BITMAP_OFF */
     s->queued = 0;
+    ss->queue[i] = (struct hak_slab_queue){ 0 };
     for (unsigned k = 0; k < n; k++) {
         ss->slab_head[i + k] = (uint8_t)i;
         if (k) ss->slabs[i + k].state = HAK_SLAB_TAIL;

@@ -44,15 +44,21 @@ struct hak_slab {
     uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (> 64 KiB) */
     /* Hollow blocks (backend/heap_hollow.c): free blocks whose pages went
      * back to the OS, off the free list, one bit each in the run's bitmap
-     * (hak_slab_hollow_bits); where to look for the next one */
+     * (hak_slab_hollow_bits) */
     uint32_t nhollow;
-    uint32_t hollow_word;
-    /* the heap's queue of runs to hollow: when the run joined it and how
-     * many free bytes it had then (heap_hollow.c) */
-    struct hak_slab *queue_next, *queue_prev;
+    uint8_t queued;          /* in its heap's queue of runs to hollow (hak_slab_queue) */
+};
+
+/* The rest of a run's hollow state, kept out of struct hak_slab so that it
+ * stays 64 bytes (a shift, not a multiply, indexes it: 96 bytes cost
+ * slab_put 4 instructions a block): its heap's queue of runs to hollow,
+ * when the run joined it and how many free bytes it had then, and the
+ * bitmap word to look from for the next hollow block. */
+struct hak_slab_queue {
+    struct hak_slab *next, *prev;
     uint32_t queued_ms;
     uint32_t queued_bytes;
-    uint8_t queued;
+    uint32_t hollow_word;
 };
 
 #define HAK_SS_MAGIC 0x68616b6d53536c62ull   /* "hakmSSlb" */
@@ -77,6 +83,7 @@ struct hak_superslab {
     uint32_t index;          /* dense index: chunk map entry hak_ss_entry_of(index) */
     uint8_t slab_head[HAK_SLABS_PER_SS];   /* index of the run each slab belongs to */
     struct hak_slab slabs[HAK_SLABS_PER_SS];
+    struct hak_slab_queue queue[HAK_SLABS_PER_SS];   /* by run, like slabs */
 };
 
 #define HAK_SS_ALL_FREE 0xFFFFFFFEu   /* slab 0 is the header */
@@ -141,6 +148,10 @@ HAK_INLINE struct hak_superslab *hak_ss_of_slab(const struct hak_slab *s) {
  * take it for a reference to that block.) */
 HAK_INLINE char *hak_slab_start(const struct hak_slab *s) {
     return (char *)hak_ss_of(s) + ((size_t)s->index << HAK_SLAB_SHIFT);
+}
+/* Run s's queue and hollow-block state (backend/heap_hollow.c). */
+HAK_INLINE struct hak_slab_queue *hak_slab_queue_of(const struct hak_slab *s) {
+    return &hak_ss_of(s)->queue[s->index];
 }
 /* Run s's hollow-block bitmap (see HAK_HOLLOW_BITMAP_OFF). */
 HAK_INLINE uint64_t *hak_slab_hollow_bits(const struct hak_slab *s) {
