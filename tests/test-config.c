@@ -312,6 +312,30 @@ test_two_bogus (void)
   child_clear (&c);
 }
 
+/* The decay period is compared as a 32-bit difference of milliseconds:
+ * the largest valid value is accepted; one past it is refused with a
+ * warning that says the range, and the default stays (3000000000 used to
+ * tick on every miss). */
+static void
+test_decay_ms_range (void)
+{
+  const char *largest[] = { "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=2147483647", NULL };
+  const char *too_large[] = { "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=2147483648", NULL };
+  Child c;
+  run_child (&c, "smoke", largest);
+  assert_exit_ok (&c);
+  assert_option (&c, "decay_ms", "2147483647", "env");
+  assert_no_warning (&c);
+  child_clear (&c);
+
+  run_child (&c, "smoke", too_large);
+  assert_exit_ok (&c);
+  assert_option (&c, "decay_ms", "20", "default");
+  g_assert_cmpuint (count_lines (&c, "HAKMEM_DECAY_MS=2147483648"), ==, 1);
+  g_assert_cmpuint (count_lines (&c, "from 0 to 2147483647"), ==, 1);
+  child_clear (&c);
+}
+
 static void
 test_stats (void)
 {
@@ -410,6 +434,7 @@ main (int argc, char **argv)
   g_test_add_data_func ("/config/bogus/pool", &pool_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/safety", &safety_bogus, test_bogus);
   g_test_add_func ("/config/bogus/both", test_two_bogus);
+  g_test_add_func ("/config/decay-ms-range", test_decay_ms_range);
   g_test_add_func ("/config/stats", test_stats);
   g_test_add_func ("/config/print-config", test_print_config);
   g_test_add_func ("/config/combinations", test_combinations);

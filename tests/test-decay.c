@@ -503,6 +503,38 @@ test_rarely_missing_heap_forgets_high (void)
              resident, total);
 }
 
+/* A heap that had no miss for more than two epochs of its high (a thread
+ * asleep) keeps nothing for its old crest when it wakes: its first tick
+ * starts the epoch afresh. It kept the crest for one more epoch (1.28 s
+ * at a 20 ms period). Here it must let go within 0.6 s of waking, but
+ * for what its own bin of the class holds (2 MiB, 32 blocks) and its
+ * current run of the class (a slab: one block). */
+static void
+test_woken_heap_forgets_high (void)
+{
+  if (!in_process_with_decay ("20"))
+    return;
+  const size_t keep = 34 * SWING_BLOCK / (size_t) sysconf (_SC_PAGESIZE);
+  keep_allocating ();
+  ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x6B);
+  tick_for (4, 20);
+  free_all (swing, SWING_BLOCKS);
+  g_usleep (3 * G_USEC_PER_SEC);   /* two epochs are 2.56 s */
+  size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+  g_assert_cmpuint (resident, >, keep);   /* nobody ticked meanwhile */
+  gint64 start = g_get_monotonic_time (), deadline = start + G_USEC_PER_SEC * 6 / 10;
+  while (resident > keep && g_get_monotonic_time () < deadline)
+    {
+      tick_for (1, 20);
+      resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
+    }
+  g_test_message ("%zu of %zu pages resident %.2f s after waking", resident, total,
+                  (double) (g_get_monotonic_time () - start) / G_USEC_PER_SEC);
+  if (resident > keep)
+    g_error ("%zu of %zu pages freed before a 3 s sleep still resident 0.6 s after waking",
+             resident, total);
+}
+
 /* A thread that frees what it had at its crest and then sleeps (a worker
  * waiting on a queue) has no misses, so its heap's clock stops with the
  * slabs and empty SuperSlabs kept for its high: other heaps' ticks give
@@ -584,6 +616,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
   g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);
   g_test_add_func ("/decay/rarely-missing-heap-forgets-high", test_rarely_missing_heap_forgets_high);
+  g_test_add_func ("/decay/woken-heap-forgets-high", test_woken_heap_forgets_high);
   g_test_add_func ("/decay/sleeping-thread-heap-returned", test_sleeping_thread_heap_returned);
   return g_test_run ();
 }

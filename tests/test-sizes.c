@@ -2,6 +2,8 @@
  * once, whole usable size written, no two blocks overlapping. */
 #include "hakmem-test.h"
 
+#include <pthread.h>
+
 typedef struct
 {
   void *p;
@@ -509,6 +511,85 @@ test_runs_fill_short_stretches (void)
     T (free) (narrow[i]);
 }
 
+/* The scan of SuperSlabs for room gives up, within the bucket of a run's
+ * own length, after 16 whose free stretch is too short; it must then look
+ * at the rest of that bucket before taking a new SuperSlab. A thread's
+ * heap fills SuperSlabs with 64 KiB blocks (a slab each; HAKMEM_POOL=none,
+ * so frees go straight back to the runs), frees 7 slabs in a row in the
+ * first one and 5 in a row in 16 others, then allocates a 112 KiB block
+ * (a run of 7 slabs): it goes in the first one. */
+enum { SLAB = 64 * 1024, SLABS = 31, SHORT_ONES = 16, FULL_SS = SHORT_ONES + 2 };
+#define SS_OF(p) ((uintptr_t) (p) & ~(uintptr_t) (2 * HT_MiB - 1))
+#define SLAB_OF(p) ((unsigned) (((uintptr_t) (p) / SLAB) % 32))
+
+static void **misfit_blocks;
+static size_t misfit_count;
+
+static void
+free_stretch (uintptr_t ss, unsigned first, unsigned n)
+{
+  for (size_t i = 0; i < misfit_count; i++)
+    {
+      void *b = misfit_blocks[i];
+      if (b && SS_OF (b) == ss && SLAB_OF (b) >= first && SLAB_OF (b) < first + n)
+        {
+          T (free) (b);
+          misfit_blocks[i] = NULL;
+        }
+    }
+}
+
+/* No GLib call allocates in here: the thread's heap holds only its blocks. */
+static void *
+fit_past_misfits (void *arg)
+{
+  uintptr_t *result = arg, full[FULL_SS];
+  size_t nfull = 0;
+  while (nfull < FULL_SS && misfit_count < (FULL_SS + 2) * SLABS)
+    {
+      void *b = T (malloc) (SLAB);
+      if (!b)
+        return NULL;
+      misfit_blocks[misfit_count++] = b;
+      if (SLAB_OF (b) == SLABS)   /* the last slab: this SuperSlab is full */
+        full[nfull++] = SS_OF (b);
+    }
+  if (nfull < FULL_SS)
+    return NULL;
+  free_stretch (full[0], 10, 7);
+  for (unsigned k = 1; k <= SHORT_ONES; k++)
+    free_stretch (full[k], 10, 5);
+  void *wide = T (malloc) (7 * 16 * HT_KiB);
+  result[0] = full[0];
+  result[1] = SS_OF (wide);
+  T (free) (wide);
+  for (size_t i = 0; i < misfit_count; i++)
+    T (free) (misfit_blocks[i]);
+  return NULL;
+}
+
+static void
+test_run_finds_room_past_misfits (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_POOL", "none", TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  misfit_blocks = g_new0 (void *, (FULL_SS + 2) * SLABS);
+  uintptr_t result[2] = { 0, 0 };
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, fit_past_misfits, result), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  g_assert_cmpuint (result[0], !=, 0);   /* the heap filled its SuperSlabs as assumed */
+  if (result[1] != result[0])
+    g_error ("a run of 7 slabs went to %#lx, not to the SuperSlab with 7 free slabs %#lx",
+             (unsigned long) result[1], (unsigned long) result[0]);
+  g_free (misfit_blocks);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -524,6 +605,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
   g_test_add_func ("/sizes/random-mix-carves-near-live", test_random_mix_carves_near_live);
   g_test_add_func ("/sizes/runs-fill-short-stretches", test_runs_fill_short_stretches);
+  g_test_add_func ("/sizes/run-finds-room-past-misfits", test_run_finds_room_past_misfits);
 
   return g_test_run ();
 }

@@ -27,9 +27,13 @@
  * path to checks that look at the bitmap (a double free of a hollow block
  * would otherwise pass: its mark reads 0). Refill takes hollow blocks
  * after the free list, like carving: the link it writes faults the page
- * back in. When the last one is taken, the tags go back to normal. */
+ * back in. When the last one is taken, the tags go back to normal.
+ * Pages here are HAK_PAGE_SIZE: on a kernel with larger pages, a purge
+ * would take live bytes beyond its range with it, so runs are never
+ * hollowed there (hak_os_pages_match). */
 #include "backend/heap_int.h"
 #include "backend/os.h"
+#include "core/fastpath.h"
 #include "core/options.h"
 #include "core/track.h"
 
@@ -82,7 +86,7 @@ void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s) {
 }
 
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s) {
-    if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s)) return;
+    if (s->queued || s->state != HAK_SLAB_PARTIAL || !hak_os_pages_match || !worth_hollowing(s)) return;
     struct hak_slab_queue *q = hak_slab_queue_of(s);
     s->queued = 1;
     q->queued_ms = hak_os_clock_ms();
@@ -130,6 +134,9 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
         kept++;
     }
     if (last) hak_link_set(last, NULL);
+    /* the tags change before any mark is lost, so that from then on every
+     * free of the run's blocks is checked against the bitmap */
+    if (moved && !s->nhollow) hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 1);
     unsigned calls = 0;
     for (unsigned p = 0; p < pages;) {
         if (!page_get(fresh, p)) { p++; continue; }
@@ -142,7 +149,6 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     s->free = keep;
     s->nfree = kept;
     if (moved) {
-        if (!s->nhollow) hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 1);
         s->nhollow += moved;
         hak_slab_queue_of(s)->hollow_word = 0;
     }
@@ -184,6 +190,10 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
         void *b = hak_slab_block(s, w * 64 + (unsigned)__builtin_ctzll(word));
         hak_track_noaccess(b, s->block_size);
         hak_link_set(b, head);
+        /* a free block in a bin carries the mark: a second free of it
+         * would otherwise pass the hit path's check (its tag is normal
+         * again once the run has no hollow block left) */
+        hak_mark_put(hak_free_mark(b), HAK_FREE_MARK);
         head = b;
         got++;
     }

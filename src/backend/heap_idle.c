@@ -51,6 +51,12 @@ struct hak_heap *hak_heap_acquire(void) {
     h = hak_os_meta_alloc(sizeof *h);
     if (!h) return NULL;
     memset(h, 0, sizeof *h);
+    /* the clock's stamps start now: a stamp of 0 reads as the future for
+     * the half of its 49.7-day cycle past 2^31 ms, and a heap whose first
+     * tick waits for that time never ticks */
+    uint32_t now = hak_os_clock_ms();
+    h->decay_at = h->high_since = now;
+    atomic_store_explicit(&h->active_ms, now, memory_order_relaxed);
     hak_spin_lock(&hak_heaps.lock);
     h->next_all = hak_heaps.all;
     __atomic_store_n(&hak_heaps.all, h, __ATOMIC_RELEASE);   /* borrowers read it unlocked */
@@ -132,8 +138,10 @@ static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint
     unsigned used = slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
     uint32_t epoch = period > INT32_MAX / HAK_HIGH_EPOCH ? INT32_MAX : HAK_HIGH_EPOCH * period;
-    if ((int32_t)(now - h->high_since) >= (int32_t)epoch) {
-        h->high_last = h->high_now;
+    uint32_t since = now - h->high_since;
+    if (since >= epoch) {
+        /* a heap with no tick for two epochs had nothing in its last one */
+        h->high_last = since / 2 >= epoch ? used : h->high_now;
         h->high_now = used;
         h->high_since = now;
     }
@@ -217,7 +225,9 @@ void hak_heap_decay(struct hak_heap *h) {
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     uint32_t now = hak_os_clock_ms();
     atomic_store_explicit(&h->active_ms, now, memory_order_relaxed);
-    if (!period || (int32_t)(now - h->decay_at) < 0) return;
+    /* not yet while the tick is at most a period ahead; a stamp further
+     * off is stale (the clock wrapped while the thread slept) */
+    if (!period || (uint32_t)(h->decay_at - now) - 1u < period) return;
     h->decay_at = now + period;
     h->st.decay_ticks++;
     if (h->purge_n) hak_heap_purge_batch(h);

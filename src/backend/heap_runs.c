@@ -141,7 +141,11 @@ void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss) {
  * stretch may be too short, at most HAK_RUN_MISFITS are looked at. With
  * 8 fits, fragment's peak RSS was 213.6 MiB instead of 212.4 (225.6 when
  * one list was scanned in order): runs went on clean slabs while dirty
- * ones waited further on; with 32, 212.3. */
+ * ones waited further on; with 32, 212.3. When that cut the scan short
+ * and no other bucket has room, the rest of n's bucket is looked at
+ * before the heap takes a new SuperSlab (2 MiB, far dearer than a scan):
+ * 16 SuperSlabs with 5 free slabs in a row hid one with 7 from a run of
+ * 7 (a 112 KiB block). */
 #define HAK_RUN_FITS 32u
 #define HAK_RUN_MISFITS 16u
 static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned *pos, unsigned *dirty) {
@@ -163,6 +167,9 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
             if (++fits >= HAK_RUN_FITS) return best;
         }
     }
+    if (!best && misfits >= HAK_RUN_MISFITS)
+        for (struct hak_superslab *ss = h->room[room_bucket_for(n)]; ss; ss = ss->room_next)
+            if ((*pos = hak_ss_run_fit(ss, n, dirty))) return ss;
     return best;
 }
 

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 void hak_spin_lock_slow(hak_spinlock_t *l) {
     for (unsigned spins = 0;; spins++) {
@@ -48,6 +49,10 @@ uint32_t hak_os_clock_ms(void) {
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
+
+int hak_os_pages_match;
+
+void hak_os_init(void) { hak_os_pages_match = sysconf(_SC_PAGESIZE) == HAK_PAGE_SIZE; }
 
 void hak_os_purge(void *p, size_t size) {
     int saved = errno;

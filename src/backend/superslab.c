@@ -61,6 +61,7 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->free_mask = HAK_SS_ALL_FREE;
     if (ss->purged) ss->dirty_mask = ss->idle_mask = 0;   /* fresh or madvised pages (the header's first page stays) */
     ss->purged = 0;
+    ss->idle_ms = hak_os_clock_ms();   /* a stamp of 0 may read as the future (see hak_heap_acquire) */
     hak_ss_clear_tags(ss);
     memset(ss->slab_head, 0, sizeof ss->slab_head);
     memset(ss->slabs, 0, sizeof ss->slabs);

@@ -1,6 +1,7 @@
 #include "core/options.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -38,7 +39,9 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_LARGE_CACHE_MB] = { "large_cache_mb", "HAKMEM_LARGE_CACHE_MB", HAK_OPT_NUMBER, { 0 }, "64",
         "MiB of freed large spans kept mapped for reuse; beyond that they are unmapped", 0, 0 },
     [HAK_OPT_DECAY_MS] = { "decay_ms", "HAKMEM_DECAY_MS", HAK_OPT_NUMBER, { 0 }, "20",
-        "pages of slabs and SuperSlabs that stayed free for this many milliseconds, beyond what a heap had in use at its recent high, are returned with madvise, thread caches untouched that long are emptied, and heaps idle that long lend their free blocks; 0 = memory is returned only when the SuperSlab cache overflows (no clock, no 32 MiB bound on free slabs, no hollow runs), caches are not emptied, and heaps do not lend", 0, 0 },
+        "pages of slabs and SuperSlabs that stayed free for this many milliseconds, beyond what a heap had in use at its recent high, are returned with madvise, thread caches untouched that long are emptied, and heaps idle that long lend their free blocks; 0 = memory is returned only when the SuperSlab cache overflows (no clock, no 32 MiB bound on free slabs, no hollow runs), caches are not emptied, and heaps do not lend", 0, 0,
+        /* times are compared as 32-bit differences (hak_os_clock_ms) */
+        INT32_MAX },
 };
 
 void hak_log(const char *fmt, ...) {
@@ -67,7 +70,7 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
     case HAK_OPT_NUMBER: {
         char *end;
         long v = strtol(text, &end, 10);
-        if (end == text || *end || v < 0) return 0;
+        if (end == text || *end || v < 0 || (opt->max && v > opt->max)) return 0;
         *out = v;
         return 1;
     }
@@ -78,7 +81,11 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
 static void describe_choices(const struct hak_option *opt, char *buf, size_t len) {
     buf[0] = 0;
     if (opt->kind == HAK_OPT_BOOL) { snprintf(buf, len, "0 or 1"); return; }
-    if (opt->kind == HAK_OPT_NUMBER) { snprintf(buf, len, "a number >= 0"); return; }
+    if (opt->kind == HAK_OPT_NUMBER) {
+        if (opt->max) snprintf(buf, len, "a number from 0 to %ld", opt->max);
+        else snprintf(buf, len, "a number >= 0");
+        return;
+    }
     size_t used = 0;
     for (int i = 0; i < 4 && opt->choices[i]; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "|" : "", opt->choices[i]);

@@ -31,6 +31,7 @@ struct hak_option {
     /* resolved at init */
     long value;                /* choice index, 0/1, or the number */
     const char *source;        /* "default", "env", "build" */
+    long max;                  /* for HAK_OPT_NUMBER: the largest valid value; 0 = none */
 };
 
 HAK_DATA struct hak_option hak_options[HAK_OPT_COUNT];

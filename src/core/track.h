@@ -34,6 +34,13 @@ HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) {
     VALGRIND_MAKE_MEM_DEFINED_IF_ADDRESSABLE(mark, sizeof *mark);
     return *mark;
 }
+/* a block the allocator keeps free gets its mark back without being
+ * opened to the program */
+HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) {
+    VALGRIND_MAKE_MEM_UNDEFINED(mark, sizeof *mark);
+    *mark = value;
+    VALGRIND_MAKE_MEM_NOACCESS(mark, sizeof *mark);
+}
 HAK_INLINE void *hak_link_get(void *blk) {
     VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(void *));
     void *next = *(void **)blk;
@@ -53,6 +60,7 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 #define hak_track_noaccess(p, n)         do { } while (0)
 
 HAK_INLINE void hak_mark_clear(uint32_t *mark) { *mark = 0; }
+HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) { *mark = value; }
 HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) { return *mark; }
 HAK_INLINE void *hak_link_get(void *blk) { return *(void **)blk; }
 HAK_INLINE void hak_link_set(void *blk, void *next) { *(void **)blk = next; }

@@ -1,0 +1,161 @@
+/* The decay clock when hak_os_clock_ms() (CLOCK_MONOTONIC_COARSE in
+ * milliseconds, cut to 32 bits) is past 2^31: that is half of every
+ * 49.7 days of a machine's uptime. Stamps compared as 32-bit differences
+ * must never be left at 0, which then reads as 24 days in the future.
+ *
+ * This executable defines clock_gettime, so the allocator's calls land
+ * here: with HT_CLOCK_START_MS set, the coarse clock starts at that value.
+ * Each case runs in a fresh process with the clock and HAKMEM_DECAY_MS=10
+ * set in its environment. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+static int64_t clock_shift_ms;
+
+int
+clock_gettime (clockid_t id, struct timespec *ts)
+{
+  int r = (int) syscall (SYS_clock_gettime, id, ts);
+  if (r == 0 && clock_shift_ms && id == CLOCK_MONOTONIC_COARSE)
+    {
+      int64_t ms = (int64_t) ts->tv_sec * 1000 + ts->tv_nsec / 1000000 + clock_shift_ms;
+      ts->tv_sec = ms / 1000;
+      ts->tv_nsec = (long) (ms % 1000) * 1000000 + ts->tv_nsec % 1000000;
+    }
+  return r;
+}
+
+/* Called before the first allocation of the case (the allocator reads the
+ * clock on its first miss). */
+static void
+start_clock (void)
+{
+  const char *start = g_getenv ("HT_CLOCK_START_MS");
+  g_assert_nonnull (start);
+  struct timespec ts;
+  g_assert_cmpint (syscall (SYS_clock_gettime, CLOCK_MONOTONIC_COARSE, &ts), ==, 0);
+  clock_shift_ms = g_ascii_strtoll (start, NULL, 10) - ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  g_assert_cmpint (clock_gettime (CLOCK_MONOTONIC_COARSE, &ts), ==, 0);
+  g_test_message ("clock starts at %lld ms", (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static gboolean
+in_process_at (const char *start_ms)
+{
+  if (g_test_subprocess ())
+    {
+      start_clock ();
+      return TRUE;
+    }
+  g_setenv ("HT_CLOCK_START_MS", start_ms, TRUE);
+  g_setenv ("HAKMEM_DECAY_MS", "10", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+/* Small allocations, more at once than a bin holds: the heap misses, and a
+ * heap looks at the clock on its misses only. */
+static void
+keep_allocating (void)
+{
+  void *p[1024];
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    g_assert_nonnull (p[k] = T (malloc) (176));
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    T (free) (p[k]);
+}
+
+/* Keeps allocating until the process's RSS is at most `limit` bytes or
+ * 10 s have passed; returns the last RSS. */
+static size_t
+wait_for_rss (size_t limit)
+{
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  size_t rss = ht_rss_bytes ();
+  while (rss > limit && g_get_monotonic_time () < deadline)
+    {
+      g_usleep (2000);
+      keep_allocating ();
+      rss = ht_rss_bytes ();
+    }
+  return rss;
+}
+
+enum { FILL = 24 * HT_MiB, SMALL = 256 };
+
+/* A thread fills 24 MiB and frees it all: its SuperSlabs empty and go to
+ * the pool, which the main thread's ticks purge. A heap made while the
+ * clock was past 2^31 never ticked. */
+static void *
+fill_and_free (void *arg)
+{
+  (void) arg;
+  size_t n = FILL / SMALL;
+  void **b = g_new (void *, n);
+  ht_alloc_filled (b, n, SMALL, 0x5A);
+  for (size_t i = 0; i < n; i++)
+    T (free) (b[i]);
+  g_free (b);
+  return NULL;
+}
+
+static void
+test_new_heap_ticks (void)
+{
+  if (!in_process_at ("2200000000"))
+    return;
+  keep_allocating ();
+  size_t base = ht_rss_bytes ();
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, fill_and_free, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  size_t rss = wait_for_rss (base + 4 * HT_MiB);
+  g_test_message ("RSS %zu KiB over the start", (rss - base) / 1024);
+  if (rss > base + 4 * HT_MiB)
+    g_error ("%zu KiB of freed memory still resident 10 s after the frees (clock past 2^31)",
+             (rss - base) / 1024);
+}
+
+/* The heap ticks; it then fills fresh SuperSlabs and frees all but one
+ * block in each, so they stay in the heap with free slabs that only the
+ * heap's own tick purges, once they stayed free for a period. A
+ * SuperSlab stamped 0 never stayed free long enough. */
+static void
+test_fresh_superslabs_purged (void)
+{
+  if (!in_process_at ("2200000000"))
+    return;
+  keep_allocating ();
+  size_t base = ht_rss_bytes ();
+  size_t n = FILL / SMALL, per_ss = 2 * HT_MiB / SMALL;
+  void **b = g_new (void *, n);
+  ht_alloc_filled (b, n, SMALL, 0x3C);
+  for (size_t i = 0; i < n; i++)
+    if (i % per_ss != 0)
+      T (free) (b[i]);
+  size_t rss = wait_for_rss (base + 4 * HT_MiB);
+  g_test_message ("RSS %zu KiB over the start", (rss - base) / 1024);
+  if (rss > base + 4 * HT_MiB)
+    g_error ("%zu KiB of freed memory still resident 10 s after the frees (clock past 2^31)",
+             (rss - base) / 1024);
+  for (size_t i = 0; i < n; i += per_ss)
+    {
+      for (size_t k = 0; k < SMALL; k++)
+        g_assert_cmpint (((unsigned char *) b[i])[k], ==, 0x3C);
+      T (free) (b[i]);
+    }
+  g_free (b);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/clock/past-2^31/new-heap-ticks", test_new_heap_ticks);
+  g_test_add_func ("/clock/past-2^31/fresh-superslabs-purged", test_fresh_superslabs_purged);
+  return g_test_run ();
+}
