@@ -86,7 +86,7 @@ void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s) {
 }
 
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s) {
-    if (s->queued || s->state != HAK_SLAB_PARTIAL || !hak_os_pages_match || !worth_hollowing(s)) return;
+    if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s) || !hak_os_pages_match()) return;
     struct hak_slab_queue *q = hak_slab_queue_of(s);
     s->queued = 1;
     q->queued_ms = hak_os_clock_ms();

@@ -50,9 +50,18 @@ uint32_t hak_os_clock_ms(void) {
     return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
 
-int hak_os_pages_match;
+static int pages_match = -1;   /* not asked yet */
 
-void hak_os_init(void) { hak_os_pages_match = sysconf(_SC_PAGESIZE) == HAK_PAGE_SIZE; }
+/* Asked the first time only (a call into libc that most programs, which
+ * never hollow a run, do without). */
+int hak_os_pages_match(void) {
+    int m = __atomic_load_n(&pages_match, __ATOMIC_RELAXED);
+    if (m < 0) {
+        m = sysconf(_SC_PAGESIZE) == HAK_PAGE_SIZE;
+        __atomic_store_n(&pages_match, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
 
 void hak_os_purge(void *p, size_t size) {
     int saved = errno;

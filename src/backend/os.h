@@ -19,10 +19,9 @@ void *hak_os_meta_alloc(size_t size);
  * a few ms of resolution), wrapping: compare with (int32_t)(a - b). */
 uint32_t hak_os_clock_ms(void);
 /* 1 when the kernel's page is HAK_PAGE_SIZE: only then may single pages
- * inside a run go back (hollow runs); set once by hak_os_init. Whole
- * slabs and SuperSlabs go back whatever the page size. */
-HAK_DATA int hak_os_pages_match;
-void hak_os_init(void);
+ * inside a run go back (hollow runs). Whole slabs and SuperSlabs go back
+ * whatever the page size. */
+int hak_os_pages_match(void);
 
 
 

@@ -60,7 +60,6 @@ void hak_init_slow(void) {
     }
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_options_init(environ);
-    hak_os_init();
     hak_size_class_init();
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
