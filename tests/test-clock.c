@@ -12,13 +12,22 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <time.h>
 
 static int64_t clock_shift_ms;
+/* >= 0: the coarse clock stands still at this value (ms) */
+static volatile int64_t clock_frozen_ms = -1;
 
 int
 clock_gettime (clockid_t id, struct timespec *ts)
 {
+  if (id == CLOCK_MONOTONIC_COARSE && clock_frozen_ms >= 0)
+    {
+      ts->tv_sec = clock_frozen_ms / 1000;
+      ts->tv_nsec = (long) (clock_frozen_ms % 1000) * 1000000;
+      return 0;
+    }
   int r = (int) syscall (SYS_clock_gettime, id, ts);
   if (r == 0 && clock_shift_ms && id == CLOCK_MONOTONIC_COARSE)
     {
@@ -137,11 +146,12 @@ assert_given_back (void)
 
 enum { FILL = 24 * HT_MiB, SMALL = 256 };
 
-/* A thread fills 24 MiB and frees it all: its SuperSlabs empty and go to
- * the pool, which the main thread's ticks purge. A heap made while the
- * clock was past 2^31 never ticked. */
+/* A thread started after the clock passed 2^31 (its heap is made then)
+ * fills 24 MiB and frees it all, then keeps allocating: its own ticks
+ * must give the memory back. Such a heap never ticked when its stamps
+ * started at 0 and a tick 24 days "ahead" counted as not due yet. */
 static void *
-fill_and_free (void *arg)
+fill_free_and_wait (void *arg)
 {
   (void) arg;
   size_t n = FILL / SMALL;
@@ -151,6 +161,7 @@ fill_and_free (void *arg)
   for (size_t i = 0; i < n; i++)
     T (free) (b[i]);
   g_free (b);
+  assert_given_back ();
   return NULL;
 }
 
@@ -159,11 +170,9 @@ test_new_heap_ticks (void)
 {
   if (!in_process_at ("2200000000"))
     return;
-  keep_allocating ();
   pthread_t t;
-  g_assert_cmpint (pthread_create (&t, NULL, fill_and_free, NULL), ==, 0);
+  g_assert_cmpint (pthread_create (&t, NULL, fill_free_and_wait, NULL), ==, 0);
   g_assert_cmpint (pthread_join (t, NULL), ==, 0);
-  assert_given_back ();
 }
 
 /* The heap ticks; it then fills fresh SuperSlabs and frees all but one
@@ -193,11 +202,93 @@ test_fresh_superslabs_purged (void)
   g_free (b);
 }
 
+/* Whether a heap that wakes forgets its crest must depend on how long it
+ * slept, not on where in its epoch (64 periods: 640 ms here) it fell
+ * asleep. A thread's heap is born at t0 on a clock that moves only here;
+ * it fills 12 MiB of 64 KiB blocks, ticks every period until `last` ms,
+ * frees them, sleeps `sleep_ms` and ticks 5 times. */
+typedef struct
+{
+  int64_t last, sleep_ms;
+  size_t resident, total;
+} Phase;
+
+enum { CREST_BLOCKS = 192, CREST_BLOCK = 64 * 1024 };
+static void *crest[CREST_BLOCKS];
+
+static void *
+crest_sleep_wake (void *arg)
+{
+  Phase *ph = arg;
+  const int64_t t0 = clock_frozen_ms;
+  const size_t page = (size_t) sysconf (_SC_PAGESIZE);
+  keep_allocating ();
+  for (size_t i = 0; i < CREST_BLOCKS; i++)
+    memset (crest[i] = T (malloc) (CREST_BLOCK), 0x5C, CREST_BLOCK);
+  for (int64_t t = 10; t <= ph->last; t += 10)
+    {
+      clock_frozen_ms = t0 + t;
+      keep_allocating ();
+    }
+  for (size_t i = 0; i < CREST_BLOCKS; i++)
+    T (free) (crest[i]);
+  clock_frozen_ms = t0 + ph->last + ph->sleep_ms;
+  for (int k = 0; k < 5; k++, clock_frozen_ms += 10)
+    keep_allocating ();
+  unsigned char vec[CREST_BLOCK / 4096];
+  ph->resident = ph->total = 0;
+  for (size_t i = 0; i < CREST_BLOCKS; i++)
+    {
+      size_t pages = CREST_BLOCK / page;
+      ph->total += pages;
+      if (mincore (crest[i], CREST_BLOCK, vec) == 0)
+        for (size_t k = 0; k < pages; k++)
+          ph->resident += vec[k] & 1;
+    }
+  return NULL;
+}
+
+static void
+run_phase (Phase *ph)
+{
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, crest_sleep_wake, ph), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  g_test_message ("last tick %lld ms after birth, asleep %lld ms: %zu of %zu pages resident",
+                  (long long) ph->last, (long long) ph->sleep_ms, ph->resident, ph->total);
+}
+
+static void
+test_woken_heap_phase (gconstpointer data)
+{
+  const int64_t *case_ = data;   /* { last tick, sleep, 1 = crest kept } */
+  if (!in_process_at ("1000000"))
+    return;
+  struct timespec ts;
+  g_assert_cmpint (clock_gettime (CLOCK_MONOTONIC_COARSE, &ts), ==, 0);
+  clock_frozen_ms = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  Phase ph = { case_[0], case_[1], 0, 0 };
+  run_phase (&ph);
+  if (case_[2] && ph.resident < ph.total / 2)
+    g_error ("a heap asleep %lld ms (less than two epochs) forgot its crest: %zu of %zu pages resident",
+             (long long) ph.sleep_ms, ph.resident, ph.total);
+  if (!case_[2] && ph.resident > ph.total / 4)
+    g_error ("a heap asleep %lld ms (two epochs) kept its crest: %zu of %zu pages resident",
+             (long long) ph.sleep_ms, ph.resident, ph.total);
+}
+
+static const int64_t phase_late_short[] = { 630, 700, 1 };    /* since its epoch began: 1330 ms */
+static const int64_t phase_early_short[] = { 640, 700, 1 };   /* the tick at 640 rolled: 700 ms */
+static const int64_t phase_late_long[] = { 630, 1280, 0 };
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/clock/past-2^31/new-heap-ticks", test_new_heap_ticks);
   g_test_add_func ("/clock/past-2^31/fresh-superslabs-purged", test_fresh_superslabs_purged);
+  g_test_add_data_func ("/clock/epoch/asleep-one-epoch-late-keeps-high", phase_late_short, test_woken_heap_phase);
+  g_test_add_data_func ("/clock/epoch/asleep-one-epoch-early-keeps-high", phase_early_short, test_woken_heap_phase);
+  g_test_add_data_func ("/clock/epoch/asleep-two-epochs-forgets-high", phase_late_long, test_woken_heap_phase);
   return g_test_run ();
 }

@@ -134,14 +134,16 @@ int hak_heap_within_recent_high(const struct hak_heap *h) {
  * idle: slabs of its runs with no block out, which do not count toward
  * the high (an exited thread's runs, kept for the thread that adopts its
  * heap, made that thread keep as many free slabs for an epoch). */
-static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period) {
+static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period,
+                                         uint32_t asleep) {
     unsigned used = slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
     uint32_t epoch = period > INT32_MAX / HAK_HIGH_EPOCH ? INT32_MAX : HAK_HIGH_EPOCH * period;
     uint32_t since = now - h->high_since;
     if (since >= epoch) {
-        /* a heap with no tick for two epochs had nothing in its last one */
-        h->high_last = since / 2 >= epoch ? used : h->high_now;
+        /* a heap with no tick for two epochs (asleep: since its last
+         * tick, not since the epoch began) had nothing in its last one */
+        h->high_last = asleep / 2 >= epoch ? used : h->high_now;
         h->high_now = used;
         h->high_since = now;
     }
@@ -228,12 +230,13 @@ void hak_heap_decay(struct hak_heap *h) {
     /* not yet while the tick is at most a period ahead; a stamp further
      * off is stale (the clock wrapped while the thread slept) */
     if (!period || (uint32_t)(h->decay_at - now) - 1u < period) return;
+    uint32_t asleep = now - (h->decay_at - period);   /* since the last tick */
     h->decay_at = now + period;
     h->st.decay_ticks++;
     if (h->purge_n) hak_heap_purge_batch(h);
     hak_heap_hollow_tick(h, now, period);
     unsigned empty_runs = release_runs_empty_for_a_period(h);
-    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period));
+    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period, asleep));
     release_purged_empty(h);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;

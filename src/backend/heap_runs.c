@@ -149,13 +149,16 @@ void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss) {
 #define HAK_RUN_FITS 32u
 #define HAK_RUN_MISFITS 16u
 static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned *pos, unsigned *dirty) {
-    struct hak_superslab *best = NULL;
+    struct hak_superslab *best = NULL, *rest = NULL;
     unsigned fits = 0, misfits = 0;
     for (unsigned b = room_bucket_for(n); b < HAK_ROOM_BUCKETS; b++) {
         for (struct hak_superslab *ss = h->room[b]; ss; ss = ss->room_next) {
             unsigned d, p = hak_ss_run_fit(ss, n, &d);
             if (!p) {
-                if (++misfits >= HAK_RUN_MISFITS) break;
+                if (++misfits >= HAK_RUN_MISFITS) {
+                    rest = ss->room_next;   /* only n's own bucket has misfits */
+                    break;
+                }
                 continue;
             }
             if (!best || d > *dirty) {
@@ -167,9 +170,16 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
             if (++fits >= HAK_RUN_FITS) return best;
         }
     }
-    if (!best && misfits >= HAK_RUN_MISFITS)
-        for (struct hak_superslab *ss = h->room[room_bucket_for(n)]; ss; ss = ss->room_next)
-            if ((*pos = hak_ss_run_fit(ss, n, dirty))) return ss;
+    /* the SuperSlabs past the cut, not the 16 already found too short */
+    if (!best)
+        for (struct hak_superslab *ss = rest; ss; ss = ss->room_next) {
+            unsigned d, p = hak_ss_run_fit(ss, n, &d);
+            if (p) {
+                *pos = p;
+                *dirty = d;
+                return ss;
+            }
+        }
     return best;
 }
 

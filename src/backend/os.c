@@ -50,17 +50,23 @@ uint32_t hak_os_clock_ms(void) {
     return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
 
-static int pages_match = -1;   /* not asked yet */
+static size_t os_page;   /* 0: not asked yet */
 
-/* Asked the first time only (a call into libc that most programs, which
- * never hollow a run, do without). */
-int hak_os_pages_match(void) {
-    int m = __atomic_load_n(&pages_match, __ATOMIC_RELAXED);
-    if (m < 0) {
-        m = sysconf(_SC_PAGESIZE) == HAK_PAGE_SIZE;
-        __atomic_store_n(&pages_match, m, __ATOMIC_RELAXED);
+/* The kernel's page size, asked the first time only (a call into libc
+ * that most programs, which never hollow a run nor purge a pool
+ * SuperSlab, do without). */
+size_t hak_os_page_size(void) {
+    size_t pg = __atomic_load_n(&os_page, __ATOMIC_RELAXED);
+    if (!pg) {
+        long v = sysconf(_SC_PAGESIZE);
+        pg = v > 0 ? (size_t)v : HAK_PAGE_SIZE;
+        __atomic_store_n(&os_page, pg, __ATOMIC_RELAXED);
     }
-    return m;
+    return pg;
+}
+
+int hak_os_pages_match(void) {
+    return hak_os_page_size() == HAK_PAGE_SIZE;
 }
 
 void hak_os_purge(void *p, size_t size) {

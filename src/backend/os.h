@@ -18,9 +18,12 @@ void *hak_os_meta_alloc(size_t size);
 /* A coarse monotonic clock in milliseconds (the vDSO's, no system call;
  * a few ms of resolution), wrapping: compare with (int32_t)(a - b). */
 uint32_t hak_os_clock_ms(void);
+/* The kernel's page size (sysconf, asked once). */
+size_t hak_os_page_size(void);
 /* 1 when the kernel's page is HAK_PAGE_SIZE: only then may single pages
- * inside a run go back (hollow runs). Whole slabs and SuperSlabs go back
- * whatever the page size. */
+ * inside a run go back (hollow runs). Whole slabs go back whatever the
+ * page size (up to 64 KiB); a pool SuperSlab's purge starts past the
+ * kernel page that holds its header (madvise refuses an unaligned start). */
 int hak_os_pages_match(void);
 
 

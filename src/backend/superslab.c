@@ -145,7 +145,10 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
         hak_spin_unlock(&pool.lock);
         return;
     }
-    hak_os_purge((char *)ss + HAK_PAGE_SIZE, HAK_CHUNK_SIZE - HAK_PAGE_SIZE);
+    /* the header's page stays; on a kernel with larger pages, ss +
+     * HAK_PAGE_SIZE is no page boundary and madvise would refuse it */
+    size_t head = hak_os_page_size() > HAK_PAGE_SIZE ? hak_os_page_size() : HAK_PAGE_SIZE;
+    hak_os_purge((char *)ss + head, HAK_CHUNK_SIZE - head);
     hak_spin_lock(&pool.lock);
     purged_push_locked(ss);
     hak_spin_unlock(&pool.lock);
