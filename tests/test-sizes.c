@@ -342,6 +342,62 @@ test_stand_in_double_free (void)
   g_free (more);
 }
 
+/* A thread's first misses of a mid class that has nothing resident take a
+ * free block of a slightly larger class from the thread's own bin instead
+ * of carving new pages, a bounded number of times (HAK_STANDIN_MAX), after
+ * which the class gets blocks of its own. Fresh process: neither the
+ * 40 KiB nor the 48 KiB class has a run. */
+static void
+test_bin_block_stands_in (void)
+{
+  const char *pool = g_getenv ("HAKMEM_POOL");
+  if (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0))
+    {
+      g_test_skip ("no Pool TLS box: mid blocks go back to their runs, through no bin");
+      return;
+    }
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  char *big = T (malloc) (48 * HT_KiB);
+  g_assert_nonnull (big);
+  g_assert_cmpuint (T (malloc_usable_size) (big), ==, 48 * HT_KiB);
+  memset (big, 0x11, 48 * HT_KiB);
+  T (free) (big);
+  unsigned stood_in = 0, tries = 0;
+  char *own = NULL;
+  while (!own && tries++ < 64)
+    {
+      char *q = T (malloc) (40 * HT_KiB);
+      g_assert_nonnull (q);
+      size_t us = T (malloc_usable_size) (q);
+      memset (q, 0x22, us);
+      if (us == 48 * HT_KiB)
+        {
+          /* the freed 48 KiB block, handed out for 40 KiB; back to its bin */
+          g_assert_true (q == big);
+          stood_in++;
+          T (free) (q);
+        }
+      else
+        {
+          g_assert_cmpuint (us, ==, 40 * HT_KiB);
+          own = q;
+        }
+    }
+  g_assert_cmpuint (stood_in, >, 0);
+  g_assert_nonnull (own);   /* the stand-ins stop: the class carves its own */
+  g_assert_cmpuint (stood_in, <, 64);
+  /* and the class keeps using its own block from then on */
+  T (free) (own);
+  char *again = T (malloc) (40 * HT_KiB);
+  g_assert_true (again == own);
+  T (free) (again);
+}
+
 static void
 test_large_sizes (void)
 {
@@ -601,6 +657,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/larger-class-stands-in", test_larger_class_stands_in);
   g_test_add_func ("/sizes/stand-in-double-free", test_stand_in_double_free);
   g_test_add_func ("/sizes/current-run-stands-in", test_current_run_stands_in);
+  g_test_add_func ("/sizes/bin-block-stands-in", test_bin_block_stands_in);
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
   g_test_add_func ("/sizes/random-mix-carves-near-live", test_random_mix_carves_near_live);

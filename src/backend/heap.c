@@ -177,9 +177,10 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
 
 /* Blocks come, in this order, from what is already resident: free blocks
  * of the class's runs, of a larger class's (refill_from_larger), of an
- * idle heap's (borrow); then from the untouched part of the class's
- * current run; then from a run that still has one; then from a new run. */
-static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+ * idle heap's (borrow); then, if may_grow, from the untouched part of the
+ * class's current run; then from a run that still has one; then from a
+ * new run. */
+static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want, int may_grow) {
     hak_heap_decay(h);
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed))
         hak_heap_drain_inbox(h, 0);
@@ -192,6 +193,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             return refilled(h, cls, bin, got);
         }
         if ((got = hak_heap_borrow(h, cls, bin, want)) != 0) return refilled(h, cls, bin, got);
+        if (!may_grow) return 0;
         struct hak_slab *s = h->current[cls];
         if (!s || s->carved == s->capacity) {
             if (s) s->state = HAK_SLAB_FULL;   /* exhausted: off every list until a block returns */
@@ -218,16 +220,16 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     }
 }
 
-unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want, int may_grow) {
     hak_spin_lock(&h->lock);
-    unsigned got = refill(h, cls, bin, want);
+    unsigned got = refill(h, cls, bin, want, may_grow);
     hak_spin_unlock(&h->lock);
     return got;
 }
 
 void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
     struct hak_bin one = { 0 };
-    return hak_heap_refill(h, cls, &one, 1) ? one.head : NULL;
+    return hak_heap_refill(h, cls, &one, 1, 1) ? one.head : NULL;
 }
 
 void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last) {

@@ -18,6 +18,7 @@ struct hak_heap_stats {
     uint64_t remote_pushes, remote_blocks, inbox_drains, inbox_blocks;
     uint64_t runs_made, runs_freed, ss_acquired, ss_released;
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
+    uint64_t standin_blocks;          /* mid misses served from a bin of a larger class (front/batch.c) */
     uint64_t dirty_purges;            /* purge calls for free slabs past the bound on dirty_free */
     uint64_t idle_bins, idle_bin_blocks;   /* bins emptied after a decay period untouched */
     uint64_t hollowed_runs, hollow_calls, hollowed_blocks;   /* heap_hollow.c */
@@ -83,8 +84,9 @@ struct hak_heap *hak_heap_acquire(void);   /* adopt an abandoned heap or make on
 void hak_heap_abandon(struct hak_heap *h); /* after its thread's caches were flushed */
 
 /* Moves up to want blocks of class cls onto the bin. Returns how many
- * (0: out of memory). */
-unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
+ * (0: out of memory; or, when !may_grow, no free block was resident and
+ * the heap would have had to carve new ones). */
+unsigned hak_heap_refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want, int may_grow);
 /* One block of class cls straight from h's runs, not through a bin (NULL:
  * out of memory). */
 void *hak_heap_take_one(struct hak_heap *h, unsigned cls);

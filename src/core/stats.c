@@ -36,8 +36,10 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
             (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
     hak_log("hakmem: refills from a larger class's runs (instead of a new run): %llu blocks; "
-            "from other heaps' runs: %llu blocks\n",
-            (unsigned long long)s->borrowed_blocks, (unsigned long long)s->borrowed_remote);
+            "from other heaps' runs: %llu blocks; "
+            "misses served from the thread's bin of a larger class: %llu\n",
+            (unsigned long long)s->borrowed_blocks, (unsigned long long)s->borrowed_remote,
+            (unsigned long long)s->standin_blocks);
     hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
             (unsigned long long)s->remote_blocks, (unsigned long long)s->remote_pushes,
             (unsigned long long)s->inbox_drains, (unsigned long long)s->inbox_blocks);

@@ -23,6 +23,9 @@ struct hak_tls {
     /* classes this thread has taken blocks of from its heap (a malloc
      * miss): a bin of any other class only ever gets blocks by free */
     uint64_t refilled[(HAK_NBINS + 63) / 64];
+    /* misses of each class served by a larger block from another of its
+     * bins, at most HAK_STANDIN_MAX (front/front.h) */
+    uint8_t standins[HAK_NBINS];
     int state;        /* 0 new, 1 live, 2 torn down (thread exiting) */
 };
 

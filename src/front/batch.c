@@ -54,13 +54,34 @@ void hak_cache_trim_idle(struct hak_tls *t) {
     }
 }
 
+/* A thread's bin of a class a little larger than cls (one that stands in
+ * for it, size_class.h) holding a free block, or NULL. */
+static struct hak_bin *larger_bin_with_block(struct hak_tls *t, unsigned cls) {
+    for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++)
+        if (hak_class_stands_in(big, cls) && t->bins[big].head) return &t->bins[big];
+    return NULL;
+}
+
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
-    if (!hak_heap_refill(t->heap, cls, b, want ? want : 1)) return NULL;
-    void *p = hak_bin_pop(b, b->head);
+    struct hak_bin *spare = NULL;
+    if (cls > HAK_TINY_LAST && t->standins[cls] < HAK_STANDIN_MAX)
+        spare = larger_bin_with_block(t, cls);
+    void *p;
+    if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
+        p = hak_bin_pop(b, b->head);
+    } else if (spare) {
+        /* nothing of cls resident: rather than carve new pages, hand out
+         * the larger block; it goes back to its own bin when freed */
+        t->standins[cls]++;
+        t->heap->st.standin_blocks++;
+        p = hak_bin_pop(spare, spare->head);
+    } else {
+        return NULL;
+    }
     hak_cache_trim_idle(t);
     return p;
 }

@@ -50,6 +50,20 @@ static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
 #define HAK_BIN_START 4u
 #define HAK_BIN_FREE_MAX 8u
 HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
+
+/* A mid-size miss that finds no free block of its class resident in the
+ * thread's heap would carve new pages. If the thread's own bin of a class
+ * up to twice as large holds a free block, that block is handed out
+ * instead, up to HAK_STANDIN_MAX times per class in a thread's life
+ * (hak_tls.standins). A thread that needs a class only briefly then keeps
+ * no pages of its own for it: churn_threads (short threads, 8 blocks of
+ * 1-32 KiB over about 20 classes each) kept a run's pages per class per
+ * heap. Unbounded, a class served this way never gets blocks of its own
+ * and misses on every malloc (mid_large_mt 0.35x); bounded, a thread that
+ * keeps using the class carves its own after the first few. Tiny classes
+ * are left out: their misses are many and a page of their blocks is cheap.
+ * Numbers in docs/PERFORMANCE.md, session 12. */
+#define HAK_STANDIN_MAX 8u
 void hak_cache_limits_init(void);
 void hak_cache_thread_init(struct hak_tls *t);
 
