@@ -36,6 +36,19 @@
 #endif
 #define HT_DEFAULT_POOL (HT_POOL_ENABLED ? "tls" : "none")
 
+/* 1 when mid sizes go through the Pool TLS box's per-thread bins: built in
+ * and not turned off with HAKMEM_POOL=none. Otherwise marks the calling
+ * test skipped, saying why (the reason is the test's own). */
+static inline int
+ht_pool_bins_or_skip (const char *why)
+{
+  const char *pool = g_getenv ("HAKMEM_POOL");
+  if (HT_POOL_ENABLED && !(pool && strcmp (pool, "none") == 0))
+    return 1;
+  g_test_skip (why);
+  return 0;
+}
+
 /* 1 when built with ThreadSanitizer (GCC defines __SANITIZE_THREAD__, clang
  * has __has_feature(thread_sanitizer)). */
 #if defined(__SANITIZE_THREAD__)

@@ -223,12 +223,8 @@ stats_bytes_out (void)
 static void
 test_idle_cache_returned (void)
 {
-  const char *pool = g_getenv ("HAKMEM_POOL");
-  if (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0))
-    {
-      g_test_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=disabled): 64 KiB blocks are not cached");
-      return;
-    }
+  if (!ht_pool_bins_or_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=disabled): 64 KiB blocks are not cached"))
+    return;
   if (!in_process_with_decay ("10"))
     return;
   keep_allocating ();   /* the sizes in use have their runs */

@@ -196,12 +196,8 @@ shares_page (const void *a, const void *b)
 static void
 test_refilled_hollow_double_free_caught (void)
 {
-  const char *pool = g_getenv ("HAKMEM_POOL");
-  if (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0))
-    {
-      g_test_skip ("no Pool TLS box: 2 KiB blocks go from their run to the program, through no bin");
-      return;
-    }
+  if (!ht_pool_bins_or_skip ("no Pool TLS box: 2 KiB blocks go from their run to the program, through no bin"))
+    return;
   if (!in_process ("warn"))
     {
       g_test_trap_assert_stderr ("*free(*double free*");

@@ -350,12 +350,8 @@ test_stand_in_double_free (void)
 static void
 test_bin_block_stands_in (void)
 {
-  const char *pool = g_getenv ("HAKMEM_POOL");
-  if (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0))
-    {
-      g_test_skip ("no Pool TLS box: mid blocks go back to their runs, through no bin");
-      return;
-    }
+  if (!ht_pool_bins_or_skip ("no Pool TLS box: mid blocks go back to their runs, through no bin"))
+    return;
   if (!g_test_subprocess ())
     {
       g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
