@@ -269,6 +269,35 @@ ht_rss_bytes (void)
   return (size_t) resident * (size_t) sysconf (_SC_PAGESIZE);
 }
 
+/* Small allocations of one 176-byte class, 1,024 at once (176 KiB; a
+ * bin holds 32 KiB), then freed: the thread's heap misses, and a heap
+ * looks at its clock (HAKMEM_DECAY_MS) on its misses only. */
+static inline void
+ht_keep_allocating (void)
+{
+  void *p[1024];
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    g_assert_nonnull (p[k] = T (malloc) (176));
+  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
+    T (free) (p[k]);
+}
+
+/* TRUE in the fresh process that runs the calling test, with
+ * HAKMEM_DECAY_MS=ms in its environment when ms is not NULL (the
+ * allocator reads it once, at start-up); in the parent, starts that
+ * process, checks that it passed and returns FALSE. */
+static inline gboolean
+ht_in_process_with_decay (const char *ms)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  if (ms)
+    g_setenv ("HAKMEM_DECAY_MS", ms, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
 /* Frees every key of a set of blocks, then the set. */
 static inline void
 ht_free_keys_and_destroy (GHashTable *blocks)

@@ -67,18 +67,6 @@ in_process_at (const char *start_ms)
   return FALSE;
 }
 
-/* Small allocations, more at once than a bin holds: the heap misses, and a
- * heap looks at the clock on its misses only. */
-static void
-keep_allocating (void)
-{
-  void *p[1024];
-  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
-    g_assert_nonnull (p[k] = T (malloc) (176));
-  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
-    T (free) (p[k]);
-}
-
 /* The SuperSlabs (2 MiB, aligned) the case's blocks were in; residency is
  * counted over them, not over the process (a sanitizer's shadow memory
  * would swamp it). The first 64 KiB of each, its header, stays. */
@@ -135,7 +123,7 @@ assert_given_back (void)
   while (resident > total / 8 && g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
-      keep_allocating ();
+      ht_keep_allocating ();
       resident = resident_pages (&total);
     }
   g_test_message ("%zu of %zu pages resident", resident, total);
@@ -184,7 +172,7 @@ test_fresh_superslabs_purged (void)
 {
   if (!in_process_at ("2200000000"))
     return;
-  keep_allocating ();
+  ht_keep_allocating ();
   size_t n = FILL / SMALL, per_ss = 2 * HT_MiB / SMALL;
   void **b = g_new (void *, n);
   ht_alloc_filled (b, n, SMALL, 0x3C);
@@ -222,19 +210,19 @@ crest_sleep_wake (void *arg)
   Phase *ph = arg;
   const int64_t t0 = clock_frozen_ms;
   const size_t page = (size_t) sysconf (_SC_PAGESIZE);
-  keep_allocating ();
+  ht_keep_allocating ();
   for (size_t i = 0; i < CREST_BLOCKS; i++)
     memset (crest[i] = T (malloc) (CREST_BLOCK), 0x5C, CREST_BLOCK);
   for (int64_t t = 10; t <= ph->last; t += 10)
     {
       clock_frozen_ms = t0 + t;
-      keep_allocating ();
+      ht_keep_allocating ();
     }
   for (size_t i = 0; i < CREST_BLOCKS; i++)
     T (free) (crest[i]);
   clock_frozen_ms = t0 + ph->last + ph->sleep_ms;
   for (int k = 0; k < 5; k++, clock_frozen_ms += 10)
-    keep_allocating ();
+    ht_keep_allocating ();
   unsigned char vec[CREST_BLOCK / 4096];
   ph->resident = ph->total = 0;
   for (size_t i = 0; i < CREST_BLOCKS; i++)

@@ -62,28 +62,12 @@ resident_pages (size_t *total)
   return resident_of (blocks, NBLOCKS, BLOCK, total);
 }
 
-/* Small allocations the main thread's runs already serve, more at once
- * than its cache holds, so that it misses (refills, then flushes): a heap
- * looks at the clock on its misses, never on a hit. */
-static void
-keep_allocating (void)
-{
-  void *p[1024];   /* 176 KiB of one 176-byte class; a bin holds 32 KiB */
-  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
-    {
-      p[k] = T (malloc) (176);
-      g_assert_nonnull (p[k]);
-    }
-  for (size_t k = 0; k < G_N_ELEMENTS (p); k++)
-    T (free) (p[k]);
-}
-
 /* Runs the thread, then keeps allocating for up to `patience_ms`; returns
  * the resident pages left at the end (or as soon as there are none). */
 static size_t
 run_case (unsigned patience_ms, size_t *total)
 {
-  keep_allocating ();   /* the main thread's runs exist before the thread's memory is freed */
+  ht_keep_allocating ();   /* the main thread's runs exist before the thread's memory is freed */
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, fill_and_free, NULL), ==, 0);
   g_assert_cmpint (pthread_join (t, NULL), ==, 0);
@@ -93,30 +77,17 @@ run_case (unsigned patience_ms, size_t *total)
   while (g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
-      keep_allocating ();
+      ht_keep_allocating ();
       if ((resident = resident_pages (total)) == 0)
         break;
     }
   return resident;
 }
 
-/* TRUE in the fresh process that runs the test with HAKMEM_DECAY_MS=ms;
- * in the parent, starts it, checks that it passed and returns FALSE. */
-static gboolean
-in_process_with_decay (const char *ms)
-{
-  if (g_test_subprocess ())
-    return TRUE;
-  g_setenv ("HAKMEM_DECAY_MS", ms, TRUE);
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_passed ();
-  return FALSE;
-}
-
 static void
 test_freed_memory_returned (void)
 {
-  if (!in_process_with_decay ("10"))
+  if (!ht_in_process_with_decay ("10"))
     return;
   size_t total, resident = run_case (10000, &total);
   if (resident)
@@ -127,7 +98,7 @@ test_freed_memory_returned (void)
 static void
 test_decay_off_keeps_cache (void)
 {
-  if (!in_process_with_decay ("0"))
+  if (!ht_in_process_with_decay ("0"))
     return;
   size_t total, resident = run_case (200, &total);
   /* the emptied SuperSlabs wait in the ready pool (HAKMEM_SS_CACHE) */
@@ -148,7 +119,7 @@ static void *drop[DROP_BLOCKS];
 static void
 test_large_drop_returned_at_once (void)
 {
-  if (!in_process_with_decay ("60000"))
+  if (!ht_in_process_with_decay ("60000"))
     return;
   const size_t page = (size_t) sysconf (_SC_PAGESIZE);
   ht_alloc_filled (drop, DROP_BLOCKS, DROP_BLOCK, 0x5A);
@@ -180,7 +151,7 @@ static unsigned long long stats_purges_over_bound (void);
 static void
 test_drop_returned_in_batches (void)
 {
-  if (!in_process_with_decay ("60000"))
+  if (!ht_in_process_with_decay ("60000"))
     return;
   ht_alloc_filled (drop, DROP_BLOCKS, DROP_BLOCK, 0x3C);
   unsigned long long before = stats_purges_over_bound ();
@@ -225,9 +196,9 @@ test_idle_cache_returned (void)
 {
   if (!ht_pool_bins_or_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=disabled): 64 KiB blocks are not cached"))
     return;
-  if (!in_process_with_decay ("10"))
+  if (!ht_in_process_with_decay ("10"))
     return;
-  keep_allocating ();   /* the sizes in use have their runs */
+  ht_keep_allocating ();   /* the sizes in use have their runs */
   size_t before = stats_bytes_out ();
   ht_alloc_filled (cached, CACHED_BLOCKS, CACHED_BLOCK, 0x77);
   free_all (cached, CACHED_BLOCKS);
@@ -237,7 +208,7 @@ test_idle_cache_returned (void)
   while (out >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
-      keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
+      ht_keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
       out = stats_bytes_out ();
     }
   g_test_message ("%zu KiB out of runs before, %zu KiB after", before >> 10, out >> 10);
@@ -265,7 +236,7 @@ stats_purges_over_bound (void)
 static void
 test_bound_follows_purges (void)
 {
-  if (!in_process_with_decay ("10"))
+  if (!ht_in_process_with_decay ("10"))
     return;
   for (int c = 0; c < CYCLES; c++)
     {
@@ -279,7 +250,7 @@ test_bound_follows_purges (void)
       for (int k = 0; k < 6; k++)   /* a few decay periods with misses: the clock purges */
         {
           g_usleep (12 * 1000);
-          keep_allocating ();
+          ht_keep_allocating ();
         }
       for (size_t i = 0; i < CYCLE_BLOCKS; i++)
         T (free) (cycle_blocks[i]);
@@ -360,7 +331,7 @@ exit_then_adopt (void *(*exiting) (void *), void *(*adopter) (void *))
 static void
 test_kept_runs_released (void)
 {
-  if (!in_process_with_decay ("10"))
+  if (!ht_in_process_with_decay ("10"))
     return;
   size_t total, left = exit_then_adopt (fill_kept_and_exit, adopt_and_work);
   resident_of (kept, KEPT_BLOCKS, KEPT_BLOCK, &total);
@@ -387,16 +358,16 @@ tick_for (unsigned periods, unsigned ms)
   for (unsigned k = 0; k < periods; k++)
     {
       g_usleep (ms * 1000);
-      keep_allocating ();
+      ht_keep_allocating ();
     }
 }
 
 static void
 test_swinging_heap_keeps_slabs (void)
 {
-  if (!in_process_with_decay ("5"))
+  if (!ht_in_process_with_decay ("5"))
     return;
-  keep_allocating ();
+  ht_keep_allocating ();
   for (int c = 0; c < SWINGS; c++)
     {
       ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, c);
@@ -414,9 +385,9 @@ test_swinging_heap_keeps_slabs (void)
 static void
 test_shrunk_heap_returns_slabs (void)
 {
-  if (!in_process_with_decay ("2"))
+  if (!ht_in_process_with_decay ("2"))
     return;
-  keep_allocating ();
+  ht_keep_allocating ();
   ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x42);
   tick_for (4, 2);
   free_all (swing, SWING_BLOCKS);
@@ -465,7 +436,7 @@ adopt_and_tick (void *arg)
 static void
 test_adopted_heap_forgets_high (void)
 {
-  if (!in_process_with_decay ("5"))
+  if (!ht_in_process_with_decay ("5"))
     return;
   size_t total, left = exit_then_adopt (crest_and_exit, adopt_and_tick);
   resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
@@ -481,9 +452,9 @@ test_adopted_heap_forgets_high (void)
 static void
 test_rarely_missing_heap_forgets_high (void)
 {
-  if (!in_process_with_decay ("5"))
+  if (!ht_in_process_with_decay ("5"))
     return;
-  keep_allocating ();
+  ht_keep_allocating ();
   crest_then_free (0x2C);
   size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
   gint64 start = g_get_monotonic_time (), deadline = start + 3 * G_USEC_PER_SEC;
@@ -508,10 +479,10 @@ test_rarely_missing_heap_forgets_high (void)
 static void
 test_woken_heap_forgets_high (void)
 {
-  if (!in_process_with_decay ("20"))
+  if (!ht_in_process_with_decay ("20"))
     return;
   const size_t keep = 34 * SWING_BLOCK / (size_t) sysconf (_SC_PAGESIZE);
-  keep_allocating ();
+  ht_keep_allocating ();
   ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, 0x6B);
   tick_for (4, 20);
   free_all (swing, SWING_BLOCKS);
@@ -575,9 +546,9 @@ crest_free_and_sleep (void *arg)
 static void
 test_sleeping_thread_heap_returned (void)
 {
-  if (!in_process_with_decay ("5"))
+  if (!ht_in_process_with_decay ("5"))
     return;
-  keep_allocating ();
+  ht_keep_allocating ();
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, crest_free_and_sleep, NULL), ==, 0);
   sleeper_wait (1);

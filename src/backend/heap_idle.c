@@ -2,6 +2,7 @@
  * whole by a thread that starts, or scavenged), and the purge on a clock
  * that gives back what stayed free for a decay period. */
 #include "backend/heap_int.h"
+#include "backend/large.h"
 #include "backend/os.h"
 #include "core/options.h"
 
@@ -239,6 +240,7 @@ void hak_heap_decay(struct hak_heap *h) {
     unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period, asleep));
     release_purged_empty(h);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
+    if (calls < HAK_DECAY_CALLS) calls += hak_large_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;
     int busy;
     if (calls < HAK_DECAY_CALLS && __atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) &&

@@ -8,6 +8,16 @@
 #include <string.h>
 
 #define HAK_LARGE_HEADER 64
+_Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits before the block");
+
+/* A span cut to size for a smaller block (hak_large_alloc) gives back the
+ * pages its old block wrote past the new block's end when they come to
+ * this much or more. GNU sort -S 30M frees its 30 MiB buffer, then takes
+ * five 6 MiB ones: without the cut and this purge its peak RSS was 63,508
+ * KiB, glibc's 32,564 (docs/PERFORMANCE.md, session 13). Spans taken
+ * whole keep their pages: a first version that purged on every reuse ran
+ * random sizes of 0.3-2 MiB at 0.4 of the speed. */
+#define HAK_LARGE_SLACK_MAX ((size_t)1 << 20)
 
 static struct {
     hak_spinlock_t lock;
@@ -28,54 +38,166 @@ static size_t span_for(size_t size, size_t align) {
     return hak_align_up(size + off, HAK_CHUNK_SIZE);
 }
 
-static void publish(struct hak_large *h, size_t span, size_t align) {
+/* The block of `reach` bytes from the span's start (its usable end, a
+ * page multiple) goes out at the offset for align. */
+static void publish(struct hak_large *h, size_t span, size_t align, size_t reach) {
     h->magic = HAK_LARGE_MAGIC;
     h->span = span;
     h->user = (char *)h + user_offset(align);
-    h->usable = span - user_offset(align);
+    h->usable = reach - user_offset(align);
     h->next = NULL;
+    if (h->dirty < reach) h->dirty = reach;
 }
 
-/* A cached span fits when it is at least as large and at most a quarter
- * larger (plus one chunk), so reuse never pins much more memory. */
+/* Usable end of a block of size bytes at offset off: the end of its last
+ * page, so that what the program may write stays below the span's dirty
+ * mark (and a realloc within that page stays in place). */
+static size_t reach_for(size_t off, size_t size) {
+    return hak_align_up(off + size, HAK_PAGE_SIZE);
+}
+
+/* Gives back the written pages of span h from byte `from` of it on (never
+ * its header's page). */
+static void purge_from(struct hak_large *h, size_t from) {
+    size_t pg = hak_os_page_size();
+    size_t start = hak_align_up(from > HAK_LARGE_HEADER ? from : HAK_LARGE_HEADER, pg);
+    size_t end = hak_align_up(h->dirty, pg);
+    if (end > h->span) end = h->span;
+    if (end <= start) return;
+    hak_os_purge((char *)h + start, end - start);
+    h->dirty = start;
+    __atomic_fetch_add(&large.st.purges, 1, __ATOMIC_RELAXED);
+}
+
+/* Puts a span that is no block into the cache, most recent first. The
+ * caller holds the lock. */
+static void cache_push_locked(struct hak_large *h) {
+    h->user = NULL;
+    h->next = large.cache;
+    large.cache = h;
+    large.cached_bytes += h->span;
+}
+
+/* Takes the cached span *pp out of the cache, for a block; the caller
+ * holds the lock. */
+static struct hak_large *cache_unlink_locked(struct hak_large **pp) {
+    struct hak_large *h = *pp;
+    *pp = h->next;
+    large.cached_bytes -= h->span;
+    large.st.cache_hits++;
+    return h;
+}
+
+/* The smallest cached span of at least `span` bytes at this alignment
+ * (the most recently freed among equals), out of the cache. */
 static struct hak_large *cache_take(size_t span, size_t align) {
-    struct hak_large *prev = NULL, *h;
+    struct hak_large **best = NULL;
     hak_spin_lock(&large.lock);
-    for (h = large.cache; h; prev = h, h = h->next) {
-        if (h->span < span || h->span > span + span / 4 + HAK_CHUNK_SIZE) continue;
-        if (((uintptr_t)h & (align - 1)) != 0) continue;
-        if (prev) prev->next = h->next; else large.cache = h->next;
-        large.cached_bytes -= h->span;
-        large.st.cache_hits++;
-        break;
+    for (struct hak_large **pp = &large.cache; *pp; pp = &(*pp)->next) {
+        struct hak_large *h = *pp;
+        if (h->span < span || ((uintptr_t)h & (align - 1)) != 0) continue;
+        if (!best || h->span < (*best)->span) best = pp;
+        if (h->span == span) break;
     }
+    struct hak_large *h = best ? cache_unlink_locked(best) : NULL;
     hak_spin_unlock(&large.lock);
     return h;
 }
 
-void *hak_large_alloc(size_t size, size_t align, int *reused) {
+/* Cuts span h (out of the cache) down to `span` bytes; the rest becomes a
+ * span of its own, cached, with the same age and its share of the written
+ * pages (its header's page at least). */
+static void split_off(struct hak_large *h, size_t span) {
+    struct hak_large *rest = (struct hak_large *)((char *)h + span);
+    rest->magic = HAK_LARGE_MAGIC;
+    rest->span = h->span - span;
+    rest->usable = 0;
+    rest->dirty = h->dirty > span + HAK_PAGE_SIZE ? h->dirty - span : HAK_PAGE_SIZE;
+    rest->freed_ms = h->freed_ms;
+    if (h->dirty > span) h->dirty = span;
+    h->span = span;
+    hak_chunk_map_set(rest, rest->span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
+    hak_spin_lock(&large.lock);
+    cache_push_locked(rest);
+    large.st.splits++;
+    hak_spin_unlock(&large.lock);
+}
+
+/* With no cached span large enough: the cached span at this alignment with
+ * the most written pages, if it has HAK_LARGE_SLACK_MAX or more, out of
+ * the cache (growing in place keeps its address). Moving
+ * them into the new block beats faulting in new pages while they stay
+ * resident for a later request that may never come (sort -S 50M frees
+ * its 50 MiB buffer, then takes three 17 MiB ones: the third finds a
+ * 16 MiB rest, 14 MiB of it written). */
+static struct hak_large *cache_take_written(size_t align) {
+    struct hak_large **best = NULL;
+    hak_spin_lock(&large.lock);
+    for (struct hak_large **pp = &large.cache; *pp; pp = &(*pp)->next)
+        if ((*pp)->dirty >= HAK_LARGE_SLACK_MAX && ((uintptr_t)*pp & (align - 1)) == 0 &&
+            (!best || (*pp)->dirty > (*best)->dirty))
+            best = pp;
+    struct hak_large *h = best ? cache_unlink_locked(best) : NULL;
+    hak_spin_unlock(&large.lock);
+    return h;
+}
+
+/* Grows span h (out of the cache) to `span` bytes at an address aligned
+ * to align, moving its pages (mremap, no copy); NULL, with h cached again,
+ * if the OS refuses. */
+static struct hak_large *grow_span(struct hak_large *h, size_t span, size_t align) {
+    size_t old = h->span;
+    hak_chunk_map_clear(h, old);   /* before the pages move: see hak_large_realloc */
+    struct hak_large *n = hak_os_remap_aligned(h, old, span, align);
+    if (!n) {
+        hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
+        hak_spin_lock(&large.lock);
+        cache_push_locked(h);
+        hak_spin_unlock(&large.lock);
+        return NULL;
+    }
+    n->span = span;
+    hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
+    __atomic_fetch_add(&large.st.grown, 1, __ATOMIC_RELAXED);
+    return n;
+}
+
+void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
     if (align < HAK_ALIGNMENT) align = HAK_ALIGNMENT;
     size_t span = span_for(size, align);
     if (!span) { errno = ENOMEM; return NULL; }
+    size_t off = user_offset(align);
+    size_t reach = reach_for(off, size < HAK_ALIGNMENT ? HAK_ALIGNMENT : size);
     /* spans are chunk aligned; a larger alignment puts the block at offset
      * `align` of an align-aligned span */
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     struct hak_large *h = cache_take(span, map_align);
-    if (reused) *reused = h != NULL;
+    if (!h && (h = cache_take_written(map_align)) != NULL) h = grow_span(h, span, map_align);
     if (h) {
+        /* a span at most a quarter larger (plus a chunk) is taken whole, as
+         * a program allocating sizes that vary a little would take it
+         * again; a larger one was written by a block of another phase:
+         * cut to size, and what it wrote past the new block's end goes back */
+        if (h->span > span + span / 4 + HAK_CHUNK_SIZE) {
+            split_off(h, span);
+            if (h->dirty >= reach + HAK_LARGE_SLACK_MAX) purge_from(h, reach);
+        }
         span = h->span;
+        if (stale) *stale = h->dirty > off ? h->dirty - off : 0;
     } else {
         h = hak_os_map_aligned(span, map_align);
         /* refused: give back what the caches hold and try once more */
         if (!h && (hak_large_release_cache() + hak_ss_pool_release_all()) != 0)
             h = hak_os_map_aligned(span, map_align);
         if (!h) { errno = ENOMEM; return NULL; }
+        h->dirty = 0;
+        if (stale) *stale = 0;
         hak_chunk_map_set(h, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
         hak_spin_lock(&large.lock);
         large.st.mapped++;
         hak_spin_unlock(&large.lock);
     }
-    publish(h, span, align);
+    publish(h, span, align, reach);
     __atomic_fetch_add(&large.st.live_bytes, span, __ATOMIC_RELAXED);
     return h->user;
 }
@@ -95,14 +217,13 @@ struct hak_large *hak_large_header(const void *p) {
 void hak_large_free(struct hak_large *h) {
     size_t span = h->span;
     size_t limit = (size_t)hak_opt(HAK_OPT_LARGE_CACHE_MB) << 20;
+    uint32_t now = hak_os_clock_ms();
     __atomic_fetch_sub(&large.st.live_bytes, span, __ATOMIC_RELAXED);
-    h->user = NULL;   /* a second free of the same block no longer matches */
+    h->freed_ms = now;
     struct hak_large *evict = NULL;
     hak_spin_lock(&large.lock);
     if (span <= limit) {
-        h->next = large.cache;
-        large.cache = h;
-        large.cached_bytes += span;
+        cache_push_locked(h);   /* a second free of the same block no longer matches */
         /* over the limit: unmap the oldest spans */
         while (large.cached_bytes > limit) {
             struct hak_large **pp = &large.cache;
@@ -114,6 +235,7 @@ void hak_large_free(struct hak_large *h) {
             evict = old;
         }
     } else {
+        h->user = NULL;
         h->next = NULL;
         evict = h;
     }
@@ -126,21 +248,70 @@ void hak_large_free(struct hak_large *h) {
         __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
         evict = next;
     }
+    /* a program that only allocates large blocks never runs a heap's tick */
+    uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
+    if (period) hak_large_decay(now, period, 1);
+}
+
+/* A cached span's pages go back once it has waited this many decay
+ * periods: a large span is refaulted at about a microsecond a page, so a
+ * program whose large sizes come back within a fraction of a second keeps
+ * them (random sizes of 0.3-8 MiB, 8 live: a single period cost 29% of
+ * the throughput for 5% less peak RSS; docs/PERFORMANCE.md, session 13),
+ * and one that is done with them gets them back within about 0.3 s. */
+#define HAK_LARGE_IDLE_PERIODS 16u
+
+unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
+    struct hak_large *due = NULL, **pp;
+    unsigned n = 0;
+    uint32_t wait = period < UINT32_MAX / HAK_LARGE_IDLE_PERIODS ? period * HAK_LARGE_IDLE_PERIODS : UINT32_MAX;
+    hak_spin_lock(&large.lock);
+    for (pp = &large.cache; *pp && n < max_calls;) {
+        struct hak_large *h = *pp;
+        if (h->dirty > hak_os_page_size() && now - h->freed_ms >= wait) {
+            *pp = h->next;
+            large.cached_bytes -= h->span;
+            h->next = due;
+            due = h;
+            n++;
+        } else {
+            pp = &h->next;
+        }
+    }
+    hak_spin_unlock(&large.lock);
+    if (!due) return 0;
+    /* purged outside the lock (a large span takes a while), then cached again */
+    struct hak_large *last = due;
+    size_t bytes = 0;
+    for (struct hak_large *h = due; h; h = h->next) {
+        purge_from(h, HAK_LARGE_HEADER);
+        bytes += h->span;
+        last = h;
+    }
+    hak_spin_lock(&large.lock);
+    last->next = large.cache;
+    large.cache = due;
+    large.cached_bytes += bytes;
+    hak_spin_unlock(&large.lock);
+    return n;
 }
 
 void *hak_large_realloc(struct hak_large *h, size_t size) {
     size_t off = (size_t)((char *)h->user - (char *)h);
     if (size > SIZE_MAX - off - HAK_CHUNK_SIZE) { errno = ENOMEM; return NULL; }
-    size_t span = hak_align_up(size + off, HAK_CHUNK_SIZE);
-    if (span == h->span) return h->user;
-    if (span < h->span) {
-        /* shrink in place: give the tail chunks back */
-        size_t old = h->span;
-        hak_chunk_map_clear((char *)h + span, old - span);
-        hak_os_unmap((char *)h + span, old - span);
-        h->span = span;
-        h->usable = span - off;
-        __atomic_fetch_sub(&large.st.live_bytes, old - span, __ATOMIC_RELAXED);
+    size_t span = hak_align_up(size + off, HAK_CHUNK_SIZE), reach = reach_for(off, size);
+    if (span <= h->span) {
+        if (span < h->span) {
+            /* shrink in place: give the tail chunks back */
+            size_t old = h->span;
+            hak_chunk_map_clear((char *)h + span, old - span);
+            hak_os_unmap((char *)h + span, old - span);
+            h->span = span;
+            if (h->dirty > span) h->dirty = span;
+            __atomic_fetch_sub(&large.st.live_bytes, old - span, __ATOMIC_RELAXED);
+        }
+        h->usable = reach - off;
+        if (h->dirty < reach) h->dirty = reach;
         return h->user;
     }
     size_t old = h->span;
@@ -161,7 +332,8 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
     hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
     n->span = span;
     n->user = (char *)n + off;
-    n->usable = span - off;
+    n->usable = reach - off;
+    if (n->dirty < reach) n->dirty = reach;   /* the pages past the old span are new */
     __atomic_fetch_add(&large.st.live_bytes, span - old, __ATOMIC_RELAXED);
     __atomic_fetch_add(&large.st.remaps, 1, __ATOMIC_RELAXED);
     return n->user;

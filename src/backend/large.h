@@ -1,7 +1,8 @@
 /* Large path: requests above HAK_SMALL_MAX get their own span of 2 MiB-aligned
  * chunks, mapped with mmap. The span's header sits at its start; the user
  * block follows at the requested alignment. Freed spans wait in a small
- * cache for reuse; realloc moves pages with mremap instead of copying. */
+ * cache for reuse (a larger one is cut to size, the rest stays cached);
+ * realloc moves pages with mremap instead of copying. */
 #ifndef HAK_LARGE_H
 #define HAK_LARGE_H
 
@@ -12,14 +13,20 @@
 struct hak_large {
     uint64_t magic;
     size_t span;              /* bytes mapped, a multiple of HAK_CHUNK_SIZE */
-    void *user;               /* the block handed out */
-    size_t usable;            /* bytes from user to the end of the span */
+    void *user;               /* the block handed out; NULL while cached */
+    size_t usable;            /* bytes from user to the end of the block's last page */
     struct hak_large *next;   /* cache list */
+    /* Bytes from the span's start past which no page has been written
+     * since it was mapped or last purged: the furthest any block of it
+     * reached (its usable end). Those pages read as zeros. */
+    size_t dirty;
+    uint32_t freed_ms;        /* when it entered the cache (hak_os_clock_ms) */
 };
 
-/* *reused (when not NULL) says whether the span came from the cache, i.e.
- * may hold old data; a fresh mapping reads as zeros. */
-void  *hak_large_alloc(size_t size, size_t align, int *reused);
+/* *stale (when not NULL) is how many of the block's first bytes may hold
+ * old data (a span from the cache); the rest, and a fresh mapping, read
+ * as zeros. */
+void  *hak_large_alloc(size_t size, size_t align, size_t *stale);
 /* h is the header found for p (see hak_large_header). */
 void   hak_large_free(struct hak_large *h);
 void  *hak_large_realloc(struct hak_large *h, size_t size);
@@ -28,12 +35,16 @@ struct hak_large *hak_large_header(const void *p);
 
 /* Unmaps every cached span; returns how many bytes that gave back. */
 size_t hak_large_release_cache(void);
+/* Purges the pages of cached spans that have waited long enough (a
+ * number of periods of HAKMEM_DECAY_MS; see large.c), at most max_calls
+ * of them; returns how many. */
+unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls);
 
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
 
-struct hak_large_stats { size_t mapped, unmapped, cache_hits, cached_bytes, remaps, live_bytes; };
+struct hak_large_stats { size_t mapped, unmapped, cache_hits, cached_bytes, remaps, live_bytes, splits, purges, grown; };
 void hak_large_stats(struct hak_large_stats *out);
 
 #endif

@@ -75,10 +75,10 @@ static int worth_retrying(size_t size) {
     return size <= HAK_PRESSURE_MAX && hak_release_unused();
 }
 
-static void *large_alloc(size_t size, size_t align, int *reused) {
+static void *large_alloc(size_t size, size_t align, size_t *stale) {
     int saved = errno;
-    void *p = hak_large_alloc(size, align, reused);
-    if (HAK_UNLIKELY(!p) && worth_retrying(size) && (p = hak_large_alloc(size, align, reused)))
+    void *p = hak_large_alloc(size, align, stale);
+    if (HAK_UNLIKELY(!p) && worth_retrying(size) && (p = hak_large_alloc(size, align, stale)))
         errno = saved;
     return p;
 }
@@ -223,11 +223,12 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
         return NULL;
     }
     if (total > HAK_SMALL_MAX) {
-        int reused;
+        size_t stale;
         hak_init();
-        void *p = large_alloc(total, 0, &reused);
+        void *p = large_alloc(total, 0, &stale);
         hak_track_alloc(p, block_usable(p), 1);
-        if (p && reused) memset(p, 0, total);   /* fresh mappings are zero already */
+        /* fresh pages, and those the cache purged, are zero already */
+        if (p && stale) memset(p, 0, stale < total ? stale : total);
         return p;
     }
     void *p = hak_alloc_inline(total);

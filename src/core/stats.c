@@ -58,8 +58,10 @@ HAK_EXPORT void hak_print_stats(void) {
             "purge calls %llu, blocks made hollow %llu\n",
             (unsigned long long)s->hollowed_runs, (unsigned long long)s->hollow_calls,
             (unsigned long long)s->hollowed_blocks);
-    hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu remaps %zu; live %zu KiB, cached %zu KiB\n",
-            lg.mapped, lg.unmapped, lg.cache_hits, lg.remaps, lg.live_bytes >> 10, lg.cached_bytes >> 10);
+    hak_log("hakmem: large: mapped %zu unmapped %zu cache hits %zu (cut from a larger span %zu, a smaller one grown %zu) "
+            "remaps %zu; purge calls %zu; live %zu KiB, cached %zu KiB\n",
+            lg.mapped, lg.unmapped, lg.cache_hits, lg.splits, lg.grown, lg.remaps, lg.purges, lg.live_bytes >> 10,
+            lg.cached_bytes >> 10);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (s->class_refills[c])
             hak_log("hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,

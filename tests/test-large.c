@@ -1,0 +1,192 @@
+/* The large path's cache of freed spans: what it keeps resident.
+ *
+ * A program that frees one large block and then asks for smaller ones
+ * (GNU sort -S: a 30 MiB buffer, then 6 MiB merge buffers) must get them
+ * from the memory it gave back, not keep that memory resident beside new
+ * pages; a span that waits in the cache gives its pages back on the clock.
+ * Resident pages are counted with mincore over the memory the blocks
+ * covered (not the process's RSS, which sanitizers inflate). Each case runs
+ * in a fresh process, so that no other test's spans are in the cache. */
+#include "hakmem-test.h"
+
+#include <sys/mman.h>
+
+#define PAGE ((size_t) sysconf (_SC_PAGESIZE))
+
+/* Resident pages in [lo, hi); pages no longer mapped count as not resident. */
+static size_t
+resident_in (uintptr_t lo, uintptr_t hi)
+{
+  const size_t page = PAGE;
+  unsigned char vec[512];
+  size_t n = 0;
+  lo &= ~(uintptr_t) (page - 1);
+  for (uintptr_t a = lo; a < hi;)
+    {
+      size_t pages = (hi - a + page - 1) / page;
+      if (pages > sizeof vec)
+        pages = sizeof vec;
+      if (mincore ((void *) a, pages * page, vec) == 0)
+        {
+          for (size_t k = 0; k < pages; k++)
+            n += vec[k] & 1;
+          a += pages * page;
+        }
+      else
+        {
+          /* a hole somewhere in the slice: page by page */
+          if (mincore ((void *) a, page, vec) == 0)
+            n += vec[0] & 1;
+          a += page;
+        }
+    }
+  return n;
+}
+
+/* Resident pages in the union of the ranges (each counted once). */
+static size_t
+resident_in_union (HtRange *r, size_t n)
+{
+  qsort (r, n, sizeof *r, ht_range_cmp);
+  size_t total = 0;
+  uintptr_t done = 0;   /* everything below is counted */
+  for (size_t i = 0; i < n; i++)
+    {
+      uintptr_t lo = r[i].start > done ? r[i].start : done;
+      if (r[i].end > lo)
+        total += resident_in (lo, r[i].end);
+      if (r[i].end > done)
+        done = (r[i].end + PAGE - 1) & ~(uintptr_t) (PAGE - 1);
+    }
+  return total;
+}
+
+/* A freed block of `big` bytes, written whole, then `n` blocks of `small`
+ * bytes from calloc, written whole: they must read as zero at first, and
+ * the memory all of them covered must hold no more resident pages than
+ * the small blocks need (plus `slop` pages). */
+static void
+check_smaller_after_big (size_t big, size_t small, size_t n, size_t slop)
+{
+  unsigned char *a = T (malloc) (big);
+  g_assert_nonnull (a);
+  memset (a, 0xAA, big);
+  T (free) (a);
+
+  HtRange r[9];
+  unsigned char *b[8];
+  g_assert_cmpuint (n, <=, G_N_ELEMENTS (b));
+  r[0].start = (uintptr_t) a;
+  r[0].end = (uintptr_t) a + big;
+  for (size_t i = 0; i < n; i++)
+    {
+      b[i] = T (calloc) (1, small);
+      g_assert_nonnull (b[i]);
+      if (!ht_all_bytes (b[i], small, 0))
+        g_error ("calloc(1, %zu) after a freed dirty %zu-byte block is not zero", small, big);
+      memset (b[i], (int) i + 1, small);
+      r[i + 1].start = (uintptr_t) b[i];
+      r[i + 1].end = (uintptr_t) b[i] + small;
+    }
+  HtRange live[8];
+  memcpy (live, r + 1, n * sizeof *live);
+  ht_assert_disjoint (live, n);
+
+  size_t need = n * ((small + PAGE - 1) / PAGE);
+  size_t resident = resident_in_union (r, n + 1);
+  if (resident > need + slop)
+    g_error ("%zu pages resident for %zu blocks of %zu bytes (%zu pages) after a freed "
+             "%zu-byte block: the freed memory is kept beside them",
+             resident, n, small, need, big);
+  for (size_t i = 0; i < n; i++)
+    {
+      if (!ht_all_bytes (b[i], small, (unsigned char) (i + 1)))
+        g_error ("block %zu of %zu bytes damaged", i, small);
+      T (free) (b[i]);
+    }
+}
+
+/* sort -S 30M: a 30 MiB buffer, then 6 MiB ones cut from it. */
+static void
+test_smaller_blocks_reuse_freed_span (void)
+{
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  check_smaller_after_big (30 * HT_MiB, 6 * HT_MiB + 32, 5, 16);
+}
+
+/* sort -S 50M: a 50 MiB buffer, then 17 MiB ones; the third does not
+ * fit in what is left of it and takes that rest's pages along. */
+static void
+test_rest_too_small_is_grown (void)
+{
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  check_smaller_after_big (50 * HT_MiB, 17 * HT_MiB - 100 * 1024, 3, 16);
+}
+
+/* Resident pages of a freed 16 MiB block (past its first page, which
+ * holds the span's header) after the program kept allocating small blocks
+ * for up to patience_ms. */
+static size_t
+freed_span_resident_after (unsigned patience_ms, unsigned char **where)
+{
+  const size_t size = 16 * HT_MiB;
+  unsigned char *a = T (malloc) (size);
+  g_assert_nonnull (a);
+  memset (a, 0x5A, size);
+  T (free) (a);
+  *where = a;
+  uintptr_t lo = (uintptr_t) a + PAGE, hi = (uintptr_t) a + size;
+  size_t resident = resident_in (lo, hi);
+  g_assert_cmpuint (resident, >, 0);   /* written, freed, cached */
+  gint64 deadline = g_get_monotonic_time () + (gint64) patience_ms * 1000;
+  while (g_get_monotonic_time () < deadline && resident)
+    {
+      g_usleep (5000);
+      ht_keep_allocating ();
+      resident = resident_in (lo, hi);
+    }
+  return resident;
+}
+
+static void
+test_idle_span_purged_on_clock (void)
+{
+  if (!ht_in_process_with_decay ("10"))
+    return;
+  unsigned char *a;
+  size_t resident = freed_span_resident_after (10000, &a);
+  if (resident)
+    g_error ("%zu pages of a 16 MiB block freed 10 s ago are still resident with "
+             "HAKMEM_DECAY_MS=10", resident);
+  /* its pages read as zero when it comes back */
+  unsigned char *b = T (calloc) (1, 16 * HT_MiB);
+  g_assert_nonnull (b);
+  if (!ht_all_bytes (b, 16 * HT_MiB, 0))
+    g_error ("calloc after a purged span is not zero");
+  T (free) (b);
+}
+
+static void
+test_no_clock_keeps_span (void)
+{
+  if (!ht_in_process_with_decay ("0"))
+    return;
+  unsigned char *a;
+  size_t resident = freed_span_resident_after (500, &a);
+  if (resident < 16 * HT_MiB / PAGE - 2)
+    g_error ("only %zu pages of a freed 16 MiB block stay resident with HAKMEM_DECAY_MS=0 "
+             "(no clock: the cache keeps them)", resident);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/large/smaller-blocks-reuse-freed-span", test_smaller_blocks_reuse_freed_span);
+  g_test_add_func ("/large/rest-too-small-is-grown", test_rest_too_small_is_grown);
+  g_test_add_func ("/large/idle-span-purged-on-clock", test_idle_span_purged_on_clock);
+  g_test_add_func ("/large/no-clock-keeps-span", test_no_clock_keeps_span);
+  return g_test_run ();
+}
