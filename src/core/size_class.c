@@ -4,13 +4,15 @@
 
 #define HAK_STEPS8(b) (b) + 16, (b) + 32, (b) + 48, (b) + 64, (b) + 80, (b) + 96, (b) + 112, (b) + 128
 #define HAK_QUARTERS(b) (b) + (b) / 4, (b) + (b) / 2, (b) + 3 * (b) / 4, 2 * (b)
+#define HAK_MID_STEPS(b) (b) + (b) / 8, HAK_QUARTERS(b)
 const uint32_t hak_class_size[HAK_NCLASS] = {
     0,
     HAK_STEPS8(0u), HAK_STEPS8(128u),
-    HAK_QUARTERS(256u), HAK_QUARTERS(512u), HAK_QUARTERS(1024u), HAK_QUARTERS(2048u), HAK_QUARTERS(4096u),
-    HAK_QUARTERS(8192u), HAK_QUARTERS(16384u), HAK_QUARTERS(32768u),
-    HAK_QUARTERS(65536u), HAK_QUARTERS(131072u),
+    HAK_QUARTERS(256u), HAK_QUARTERS(512u),
+    HAK_MID_STEPS(1024u), HAK_MID_STEPS(2048u), HAK_MID_STEPS(4096u), HAK_MID_STEPS(8192u),
+    HAK_MID_STEPS(16384u), HAK_MID_STEPS(32768u), HAK_MID_STEPS(65536u), HAK_MID_STEPS(131072u),
 };
+#undef HAK_MID_STEPS
 #undef HAK_QUARTERS
 #undef HAK_STEPS8
 _Static_assert(HAK_FINE_LAST * 16 == HAK_FINE_MAX, "fine classes are 16 B steps");

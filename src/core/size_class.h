@@ -1,11 +1,17 @@
 /* Size classes: 16 B steps up to 256 B, then four classes per doubling
- * (320, 384, 448, 512, 640, ...) up to HAK_SMALL_MAX (256 KiB). Internal
- * waste: under 16 B per block up to 256 B; above, at most 25% at a class
- * boundary, about 10% on average for uniformly random sizes. Fewer classes
- * above 256 B because each class is carved to its own highest live count:
- * on a random mix the sum of those highs is what the heap keeps resident,
- * and it falls with the number of classes (docs/PERFORMANCE.md, session 8).
- * Requests above HAK_SMALL_MAX go to the large path.
+ * (320, 384, 448, 512, 640, ..., 1024), and above 1 KiB five: an eighth
+ * past each power of two, then the quarters (1152, 1280, 1536, 1792,
+ * 2048, 2304, ...) up to HAK_SMALL_MAX (256 KiB). Internal waste: under
+ * 16 B per block up to 256 B; above, at most 25% at a class boundary
+ * (12.5% just past a power of two from 1 KiB up), about 10% on average
+ * for uniformly random sizes. Few classes above 256 B because each class
+ * is carved to its own highest live count: on a random mix the sum of
+ * those highs is what the heap keeps resident, and it falls with the
+ * number of classes (docs/PERFORMANCE.md, session 8). The extra class an
+ * eighth past a power of two is for a common request, a power-of-two
+ * payload plus a small header (a database page and its descriptor: 4 KiB
+ * + a few hundred bytes, which the quarters would round to 5 KiB;
+ * session 14). Requests above HAK_SMALL_MAX go to the large path.
  *
  * Class 0 is no class: it is the tag of slabs not in use (zero-filled
  * memory means "not a block"), and its bin never holds a block, so
@@ -23,7 +29,7 @@
 #define HAK_CLASS_FIRST   1u
 #define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
 #define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1024 B */
-#define HAK_NCLASS        57u                   /* 0, 24 tiny, 32 mid */
+#define HAK_NCLASS        65u                   /* 0, 24 tiny, 40 mid (1152 B..256 KiB) */
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
@@ -50,13 +56,23 @@ struct hak_class_check {
 HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
 void hak_size_class_init(void);
 
-/* Class of 0 < n <= HAK_SMALL_MAX above HAK_FINE_MAX: four classes per
- * power of two (320, 384, 448, 512, 640, ...), a few ALU operations. */
+/* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: four classes per power of
+ * two (320, 384, 448, 512, 640, ..., 1024), a few ALU operations. */
 HAK_INLINE unsigned hak_quarter_class(size_t n) {
     size_t m = n - 1;
     unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
     unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
     return HAK_FINE_LAST + 1 + (lg - 8) * 4 + quarter;
+}
+
+/* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: five per power of two, the
+ * first an eighth past it (1152, 1280, 1536, 1792, 2048, 2304, ...). */
+HAK_INLINE unsigned hak_mid_class(size_t n) {
+    size_t m = n - 1;
+    unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* lg >= 10 */
+    unsigned eighth = (unsigned)((m >> (lg - 3)) & 7u);      /* which eighth of it */
+    unsigned step = eighth < 2 ? eighth : (eighth >> 1) + 1; /* 9/8, 10/8, then quarters */
+    return HAK_TINY_LAST + 1 + (lg - 10) * 5 + step;
 }
 
 /* Class of a request of n bytes, n <= HAK_TINY_MAX (0 for n == 0, which
@@ -68,15 +84,15 @@ HAK_INLINE unsigned hak_tiny_class(size_t n) {
 /* The hit path's way to a request's bin, a table of bin offsets (cls * 16)
  * filled at init, so that malloc runs the same few instructions for every
  * class: for tiny requests by the size itself (2 KiB, of which a program
- * touches the lines of the sizes it asks for); for mid ones by 256-byte
- * granule, as mid classes change only at multiples of 256 B. Before init
+ * touches the lines of the sizes it asks for); for mid ones by 128-byte
+ * granule, as mid classes change only at multiples of 128 B. Before init
  * every entry is 0, the bin of no class, which is always empty: a miss. */
 HAK_DATA uint16_t hak_tiny_bin_offset[HAK_TINY_MAX + 1];
 HAK_INLINE size_t hak_tiny_bin_of(size_t n) {   /* n <= HAK_TINY_MAX */
     return hak_tiny_bin_offset[n];
 }
 
-#define HAK_MID_GRANULE_SHIFT 8
+#define HAK_MID_GRANULE_SHIFT 7
 HAK_DATA uint16_t hak_mid_bin_offset[HAK_SMALL_MAX >> HAK_MID_GRANULE_SHIFT];
 HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_MAX */
     return hak_mid_bin_offset[(n - 1) >> HAK_MID_GRANULE_SHIFT];
@@ -96,7 +112,7 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
 /* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
 static inline unsigned hak_class_of(size_t n) {
     if (n == 0) return HAK_CLASS_FIRST;
-    return n <= HAK_FINE_MAX ? hak_tiny_class(n) : hak_quarter_class(n);
+    return n <= HAK_TINY_MAX ? hak_tiny_class(n) : hak_mid_class(n);
 }
 
 #endif
