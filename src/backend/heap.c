@@ -151,9 +151,18 @@ static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * block is at hand, so a steady workload rarely pays the extra misses; a
  * growing one pays one miss per page of new blocks.
  * random_mixed peak RSS 7.4 -> 7.2 MiB at +0.05% instructions (callgrind,
- * docs/PERFORMANCE.md). */
-static inline unsigned carve_cap(const struct hak_slab *s) {
-    unsigned n = HAK_PAGE_SIZE / s->block_size;
+ * docs/PERFORMANCE.md).
+ * A page holds one or two mid blocks, so a program that only grows a mid
+ * class (a page cache, a tree of buffers) would take a miss for nearly
+ * every block: after HAK_CARVE_STREAK refills of the class in a row that
+ * all had to carve, a refill may carve up to HAK_CARVE_GROWN_PAGES pages.
+ * What that leaves carved beyond the program's need is at most those
+ * pages, and only in a class that keeps growing (session 14). */
+#define HAK_CARVE_STREAK 4u
+#define HAK_CARVE_GROWN_PAGES 8u
+static inline unsigned carve_cap(const struct hak_heap *h, const struct hak_slab *s, unsigned cls) {
+    unsigned pages = cls > HAK_TINY_LAST && h->carve_streak[cls] >= HAK_CARVE_STREAK ? HAK_CARVE_GROWN_PAGES : 1;
+    unsigned n = pages * HAK_PAGE_SIZE / s->block_size;
     return n ? n : 1;
 }
 
@@ -175,6 +184,12 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     return got;
 }
 
+/* refilled, for blocks that were free: their class does not only grow. */
+static unsigned refilled_free(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned got) {
+    h->carve_streak[cls] = 0;
+    return refilled(h, cls, bin, got);
+}
+
 /* Blocks come, in this order, from what is already resident: free blocks
  * of the class's runs, of a larger class's (refill_from_larger), of an
  * idle heap's (borrow); then, if may_grow, from the untouched part of the
@@ -187,12 +202,13 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     hak_heap_hollow_batch(h);
     unsigned got;
     for (;;) {
-        if ((got = hak_heap_take_own(h, cls, bin, want)) != 0) return refilled(h, cls, bin, got);
+        /* refilled from free blocks: the class does not only grow */
+        if ((got = hak_heap_take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
         if ((got = refill_from_larger(h, cls, bin, want)) != 0) {
             h->st.borrowed_blocks += got;
-            return refilled(h, cls, bin, got);
+            return refilled_free(h, cls, bin, got);
         }
-        if ((got = hak_heap_borrow(h, cls, bin, want)) != 0) return refilled(h, cls, bin, got);
+        if ((got = hak_heap_borrow(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
         if (!may_grow) return 0;
         struct hak_slab *s = h->current[cls];
         if (!s || s->carved == s->capacity) {
@@ -213,9 +229,11 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
         }
-        got = carve(s, bin, want < carve_cap(s) ? want : carve_cap(s));
+        unsigned cap = carve_cap(h, s, cls);
+        got = carve(s, bin, want < cap ? want : cap);
         s->used += got;
         h->st.class_carved[cls] += got;
+        if (h->carve_streak[cls] < UINT8_MAX) h->carve_streak[cls]++;
         return refilled(h, cls, bin, got);
     }
 }

@@ -43,6 +43,9 @@ struct hak_heap {
     struct hak_slab *current[HAK_NCLASS];
     struct hak_slab *partial[HAK_NCLASS];
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
+    /* Refills of each class in a row that had to carve (no free block
+     * anywhere): a class that only grows (see carve_cap in heap.c) */
+    uint8_t carve_streak[HAK_NCLASS];
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     /* Those with free slabs, by the longest stretch of free slabs they
      * have: room[b] holds those whose stretch is 2^b to 2^(b+1)-1 slabs */
