@@ -202,7 +202,6 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     hak_heap_hollow_batch(h);
     unsigned got;
     for (;;) {
-        /* refilled from free blocks: the class does not only grow */
         if ((got = hak_heap_take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
         if ((got = refill_from_larger(h, cls, bin, want)) != 0) {
             h->st.borrowed_blocks += got;
