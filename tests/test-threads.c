@@ -1046,6 +1046,90 @@ test_growing_mid_class_refills_in_runs (void)
   g_test_trap_assert_passed ();
 }
 
+/* A flush gives a bin's blocks back to their runs a slab at a time
+ * (backend/heap.c). Three runs' worth of blocks freed interleaved, so
+ * that each flushed block starts a new stretch, then in allocation
+ * order, so that stretches are long: each time every block must be back
+ * on its run's free list exactly once. The first thread keeps one block
+ * of each run, so that no run empties and goes back (with
+ * HAKMEM_FRONT=none every free is a flush of its own); the thread that
+ * adopts its heap next asks for as many blocks as went back and must get
+ * exactly those: a lost one would be replaced by a new block, at a new
+ * address, and one on a free list twice would come out twice. */
+enum { FLUSHED_RUNS = 3, FLUSHED_PER_RUN = 512, FLUSHED_SIZE = 128,
+       FLUSHED_ALL = FLUSHED_RUNS * FLUSHED_PER_RUN,
+       FLUSHED = FLUSHED_ALL - FLUSHED_RUNS };   /* blocks that go back */
+
+typedef struct
+{
+  void *blocks[FLUSHED_ALL];
+  int count;              /* blocks to allocate */
+  gboolean keep_one;      /* keep the last block of each run */
+  gboolean interleaved;   /* how this thread frees them */
+  void *freed[FLUSHED_ALL];   /* then: the blocks it freed, sorted */
+  int nfreed;
+} Flushed;
+
+static gint
+compare_pointers (gconstpointer a, gconstpointer b)
+{
+  uintptr_t x = *(const uintptr_t *) a, y = *(const uintptr_t *) b;
+  return x < y ? -1 : x > y;
+}
+
+static void *
+flushed_thread (void *arg)
+{
+  Flushed *f = arg;
+  int n = f->count, third = n / FLUSHED_RUNS;
+  ht_alloc_filled (f->blocks, (size_t) n, FLUSHED_SIZE, 0x6b);
+  f->nfreed = 0;
+  for (int i = 0; i < n; i++)
+    {
+      /* block i of every third in turn, or all in the order they came */
+      int k = f->interleaved ? (i % FLUSHED_RUNS) * third + i / FLUSHED_RUNS : i;
+      if (f->keep_one && k % FLUSHED_PER_RUN == FLUSHED_PER_RUN - 1)
+        continue;
+      g_assert_true (ht_all_bytes (f->blocks[k], FLUSHED_SIZE, 0x6b));
+      T (free) (f->blocks[k]);
+      f->freed[f->nfreed++] = f->blocks[k];
+    }
+  qsort (f->freed, (size_t) f->nfreed, sizeof f->freed[0],
+         (int (*) (const void *, const void *)) compare_pointers);
+  return NULL;
+}
+
+static void
+test_flush_returns_each_block_once (void)
+{
+  if (g_test_subprocess ())
+    {
+      Flushed *first = g_new0 (Flushed, 1), *again = g_new0 (Flushed, 1);
+      *first = (Flushed) { .count = FLUSHED_ALL, .keep_one = TRUE, .interleaved = TRUE };
+      join (spawn (flushed_thread, first));   /* a new heap: its blocks are new */
+      g_assert_cmpint (first->nfreed, ==, FLUSHED);
+      for (int pass = 0; pass < 2; pass++)
+        {
+          *again = (Flushed) { .count = FLUSHED, .interleaved = pass == 1 };
+          join (spawn (flushed_thread, again));   /* adopts the heap the last one left */
+          g_assert_cmpint (again->nfreed, ==, FLUSHED);
+          for (int i = 0; i < FLUSHED; i++)
+            {
+              g_assert_true (i == 0 || again->freed[i] != again->freed[i - 1]);
+              g_assert_true (again->freed[i] == first->freed[i]);
+            }
+        }
+      g_free (first);
+      g_free (again);
+      return;
+    }
+  /* runs a heap keeps for its successor are not released while the next
+   * thread starts (a slow run: valgrind) */
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* Key destructors that run after hakmem's (their keys are newer) allocate
  * and free: the blocks they get must be sound, freeable anywhere later,
  * and no heap may be left behind per thread. */
@@ -1142,6 +1226,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);
+  g_test_add_func ("/threads/flush-returns-each-block-once", test_flush_returns_each_block_once);
 
   return g_test_run ();
 }

@@ -69,7 +69,7 @@ static inline int page_get(const uint64_t *map, unsigned p) { return (int)((map[
  * goes back whole, or is kept whole for an exited thread's successor). */
 static int worth_hollowing(const struct hak_slab *s) {
     return s->used && s->per_slab && s->block_size >= HAK_HOLLOW_MIN_BLOCK &&
-           (uint64_t)s->nfree * 4 >= (uint64_t)s->carved * 3 &&
+           hak_slab_mostly_free(s) &&
            (uint64_t)s->nfree * s->block_size >= (uint64_t)HAK_HOLLOW_MIN_PAGES * HAK_PAGE_SIZE;
 }
 

@@ -303,7 +303,7 @@ void hak_heap_abandoned_unlock_return(struct hak_heap *h) {
 }
 /* Releases the runs of h that have no block out (the caller holds h's
  * lock): what an exited thread kept for its successor once nobody took
- * it, and runs a borrower kept whole (slab_put). */
+ * it, and runs a borrower kept whole (run_put, heap.c). */
 static void release_empty_runs(struct hak_heap *h) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_slab *s = h->current[c];
