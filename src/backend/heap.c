@@ -182,15 +182,20 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : got;
     s->carved += got;
     char *first = b;
-    for (unsigned i = 1; i < got; i++) {
-        char *next = --in_slab ? b + bs
-                               : (char *)(((uintptr_t)b & ~(uintptr_t)(HAK_SLAB_SIZE - 1)) + HAK_SLAB_SIZE);
-        if (!in_slab) in_slab = s->per_slab;
+    for (unsigned left = got;;) {
+        unsigned stretch = left < in_slab ? left : in_slab;
+        for (unsigned k = 1; k < stretch; k++, b += bs) {
+            hak_track_noaccess(b, bs);
+            hak_link_set(b, b + bs);
+        }
         hak_track_noaccess(b, bs);
+        left -= stretch;
+        if (!left) break;
+        char *next = (char *)(((uintptr_t)b & ~(uintptr_t)(HAK_SLAB_SIZE - 1)) + HAK_SLAB_SIZE);
         hak_link_set(b, next);
         b = next;
+        in_slab = s->per_slab;
     }
-    hak_track_noaccess(b, bs);
     hak_link_set(b, bin->head);
     bin->head = first;
     return got;
