@@ -2,7 +2,6 @@
 #include "backend/os.h"
 #include "core/options.h"
 #include "core/track.h"
-#include "safety/safety.h"
 
 #include <string.h>
 
