@@ -1046,6 +1046,49 @@ test_growing_mid_class_refills_in_runs (void)
   g_test_trap_assert_passed ();
 }
 
+/* The same for a tiny class, when it is the only class the heap is
+ * carving for: a thread that grows one class of 700-byte blocks refills
+ * a bin's half (16 KiB) at a time, not a page (5 blocks). A random mix
+ * keeps the one-page carve: its classes' refills interleave, and carving
+ * ahead for each of them would leave every class of the mix with blocks
+ * nobody asked for (docs/PERFORMANCE.md, session 15). */
+enum { ALONE_WANTED = 2000, ALONE_SIZE = 700 };
+
+static void *
+alloc_alone_class (void *arg)
+{
+  void **b = arg;
+  ht_alloc_filled (b, ALONE_WANTED, ALONE_SIZE, 0x2d);
+  return NULL;
+}
+
+static void
+test_growing_tiny_class_alone_refills_in_runs (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: every tiny malloc goes to the heap, no bin to refill"))
+    return;
+  if (!ht_in_fresh_process ())
+    return;
+  void **b = g_new0 (void *, ALONE_WANTED);
+  void *probe = T (malloc) (ALONE_SIZE);
+  unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
+  T (free) (probe);
+  unsigned long long refills0, carved0, refills, carved;
+  stats_class (class_size, &refills0, &carved0);
+  join (spawn (alloc_alone_class, b));   /* a new heap: it has nothing to reuse */
+  stats_class (class_size, &refills, &carved);
+  refills -= refills0;
+  carved -= carved0;
+  g_test_message ("%llu refills, %llu blocks carved for %d of %u B",
+                  refills, carved, (int) ALONE_WANTED, class_size);
+  g_assert_cmpuint (carved, >=, ALONE_WANTED);
+  g_assert_cmpuint (carved, <, ALONE_WANTED + 8 * 4 * HT_KiB / class_size);
+  /* one page a refill would be 2000 / 5 = 400 */
+  g_assert_cmpuint (refills, <=, ALONE_WANTED / 8);
+  free_checked (b, ALONE_WANTED, ALONE_SIZE, 0x2d);
+  g_free (b);
+}
+
 /* A flush gives a bin's blocks back to their runs a slab at a time
  * (backend/heap.c). Three runs' worth of blocks freed interleaved, so
  * that each flushed block starts a new stretch, then in allocation
@@ -1226,6 +1269,8 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);
+  g_test_add_func ("/threads/growing-tiny-class-alone-refills-in-runs",
+                   test_growing_tiny_class_alone_refills_in_runs);
   g_test_add_func ("/threads/flush-returns-each-block-once", test_flush_returns_each_block_once);
 
   return g_test_run ();

@@ -46,6 +46,9 @@ struct hak_heap {
     /* Refills of each class in a row that had to carve (no free block
      * anywhere): a class that only grows (see carve_cap in heap.c) */
     uint8_t carve_streak[HAK_NCLASS];
+    /* The class of the heap's last refills if they all had to carve and
+     * were all of that one class, and how many in a row (carve_cap) */
+    uint8_t carve_alone_cls, carve_alone;
     struct hak_superslab *ss_list;    /* every SuperSlab this heap owns */
     /* Those with free slabs, by the longest stretch of free slabs they
      * have: room[b] holds those whose stretch is 2^b to 2^(b+1)-1 slabs */
