@@ -1000,93 +1000,75 @@ test_refill_carves_a_page (void)
   g_test_trap_assert_passed ();
 }
 
-/* A thread that only grows a mid class (a page cache) takes a miss for a
- * run of blocks, not for every block: a page holds one 2304-byte block,
- * and refills once carved one at a time (session 14: 110,000 refills for
- * as many blocks; 833 instructions a malloc+free, glibc's 341). What a
- * growing class carves beyond the blocks asked for stays under
- * HAK_CARVE_GROWN_PAGES (8) pages. */
-enum { GROWN_WANTED = 400, GROWN_SIZE = 2200 };
+/* A new thread that allocates `wanted` blocks of `size` bytes, and
+ * nothing else, in a fresh process (so that its heap has nothing to
+ * reuse): the refills and carved blocks of their class must show that it
+ * carved in runs, up to HAK_CARVE_GROWN_PAGES (8) pages beyond the blocks
+ * asked for, with at most wanted / 8 refills. */
+typedef struct
+{
+  void **blocks;
+  int wanted;
+  size_t size;
+} Growth;
 
 static void *
-alloc_grown_class (void *arg)
+alloc_growth (void *arg)
 {
-  void **b = arg;
-  ht_alloc_filled (b, GROWN_WANTED, GROWN_SIZE, 0x5e);
+  Growth *g = arg;
+  ht_alloc_filled (g->blocks, (size_t) g->wanted, g->size, 0x5e);
   return NULL;
 }
 
+static void
+check_growth_refills_in_runs (int wanted, size_t size)
+{
+  Growth g = { g_new0 (void *, wanted), wanted, size };
+  void *probe = T (malloc) (size);
+  unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
+  T (free) (probe);
+  unsigned long long refills0, carved0, refills, carved;
+  stats_class (class_size, &refills0, &carved0);
+  join (spawn (alloc_growth, &g));   /* a new heap: it has nothing to reuse */
+  stats_class (class_size, &refills, &carved);
+  refills -= refills0;
+  carved -= carved0;
+  g_test_message ("%llu refills, %llu blocks carved for %d of %u B", refills, carved, wanted, class_size);
+  g_assert_cmpuint (carved, >=, (unsigned) wanted);
+  g_assert_cmpuint (carved, <, wanted + 8 * 4 * HT_KiB / class_size);
+  g_assert_cmpuint (refills, <=, (unsigned) wanted / 8);
+  free_checked (g.blocks, wanted, size, 0x5e);
+  g_free (g.blocks);
+}
+
+/* A thread that only grows a mid class (a page cache) takes a miss for a
+ * run of blocks, not for every block: a page holds one 2304-byte block,
+ * and refills once carved one at a time (session 14: 110,000 refills for
+ * as many blocks, 400 for the 400 here; 833 instructions a malloc+free,
+ * glibc's 341). */
 static void
 test_growing_mid_class_refills_in_runs (void)
 {
   if (!ht_pool_bins_or_skip ("no Pool TLS box: every mid malloc goes to the heap, no bin to refill"))
     return;
-  if (g_test_subprocess ())
-    {
-      void **b = g_new0 (void *, GROWN_WANTED);
-      void *probe = T (malloc) (GROWN_SIZE);
-      unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
-      T (free) (probe);
-      unsigned long long refills0, carved0, refills, carved;
-      stats_class (class_size, &refills0, &carved0);
-      join (spawn (alloc_grown_class, b));   /* a new heap: it has nothing to reuse */
-      stats_class (class_size, &refills, &carved);
-      refills -= refills0;
-      carved -= carved0;
-      g_test_message ("%llu refills, %llu blocks carved for %d of %u B",
-                      refills, carved, (int) GROWN_WANTED, class_size);
-      g_assert_cmpuint (carved, >=, GROWN_WANTED);
-      g_assert_cmpuint (carved, <, GROWN_WANTED + 8 * 4 * HT_KiB / class_size);
-      g_assert_cmpuint (refills, <=, GROWN_WANTED / 8);
-      free_checked (b, GROWN_WANTED, GROWN_SIZE, 0x5e);
-      g_free (b);
-      return;
-    }
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_passed ();
+  if (ht_in_fresh_process ())
+    check_growth_refills_in_runs (400, 2200);
 }
 
 /* The same for a tiny class, when it is the only class the heap is
  * carving for: a thread that grows one class of 700-byte blocks refills
- * a bin's half (16 KiB) at a time, not a page (5 blocks). A random mix
- * keeps the one-page carve: its classes' refills interleave, and carving
- * ahead for each of them would leave every class of the mix with blocks
- * nobody asked for (docs/PERFORMANCE.md, session 15). */
-enum { ALONE_WANTED = 2000, ALONE_SIZE = 700 };
-
-static void *
-alloc_alone_class (void *arg)
-{
-  void **b = arg;
-  ht_alloc_filled (b, ALONE_WANTED, ALONE_SIZE, 0x2d);
-  return NULL;
-}
-
+ * a bin's half (16 KiB) at a time, not a page (5 blocks: 400 refills for
+ * the 2000 here, session 14). A random mix keeps the one-page carve: its
+ * classes' refills interleave, and carving ahead for each of them would
+ * leave every class of the mix with blocks nobody asked for
+ * (docs/PERFORMANCE.md, session 15). */
 static void
 test_growing_tiny_class_alone_refills_in_runs (void)
 {
   if (!ht_front_bins_or_skip ("no front cache box: every tiny malloc goes to the heap, no bin to refill"))
     return;
-  if (!ht_in_fresh_process ())
-    return;
-  void **b = g_new0 (void *, ALONE_WANTED);
-  void *probe = T (malloc) (ALONE_SIZE);
-  unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
-  T (free) (probe);
-  unsigned long long refills0, carved0, refills, carved;
-  stats_class (class_size, &refills0, &carved0);
-  join (spawn (alloc_alone_class, b));   /* a new heap: it has nothing to reuse */
-  stats_class (class_size, &refills, &carved);
-  refills -= refills0;
-  carved -= carved0;
-  g_test_message ("%llu refills, %llu blocks carved for %d of %u B",
-                  refills, carved, (int) ALONE_WANTED, class_size);
-  g_assert_cmpuint (carved, >=, ALONE_WANTED);
-  g_assert_cmpuint (carved, <, ALONE_WANTED + 8 * 4 * HT_KiB / class_size);
-  /* one page a refill would be 2000 / 5 = 400 */
-  g_assert_cmpuint (refills, <=, ALONE_WANTED / 8);
-  free_checked (b, ALONE_WANTED, ALONE_SIZE, 0x2d);
-  g_free (b);
+  if (ht_in_fresh_process ())
+    check_growth_refills_in_runs (2000, 700);
 }
 
 /* A flush gives a bin's blocks back to their runs a slab at a time
