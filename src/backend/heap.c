@@ -304,6 +304,14 @@ struct flush_run {
     unsigned n;
 };
 
+/* Gives the chained stretch to its run. Always inlined: a call would take
+ * run's address and keep it in memory through the whole loop (3-4
+ * instructions more a flushed block). */
+HAK_INLINE void flush_run_put(struct hak_heap *h, const struct flush_run *run, int keep_empty, size_t size) {
+    if (run->n)
+        run_put_noting(h, run->ss, hak_slab_of(run->ss, run->last), run->first, run->last, run->n, keep_empty, size);
+}
+
 static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
     struct hak_heap *chain_owner = NULL;
     void *chain_first = NULL, *chain_last = NULL;
@@ -328,9 +336,7 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_heap *owner = hak_ss_owner(ss);
         if (owner == h) {
-            if (run.n)
-                run_put_noting(h, run.ss, hak_slab_of(run.ss, run.last), run.first, run.last, run.n, keep_empty,
-                               size);
+            flush_run_put(h, &run, keep_empty, size);
             run = (struct flush_run){ .slab = slab, .ss = ss, .first = p, .last = p, .n = 1 };
             continue;
         }
@@ -344,8 +350,7 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
         chain_last = p;
         h->st.remote_blocks++;
     }
-    if (run.n)
-        run_put_noting(h, run.ss, hak_slab_of(run.ss, run.last), run.first, run.last, run.n, keep_empty, size);
+    flush_run_put(h, &run, keep_empty, size);
     if (chain_first) {
         hak_heap_remote_push(chain_owner, chain_first, chain_last);
         h->st.remote_pushes++;
