@@ -685,6 +685,46 @@ test_run_finds_room_past_misfits (void)
   g_free (misfit_blocks);
 }
 
+/* The classes from 256 B to 1 KiB are sized so that a slab's blocks start
+ * on most lines of a page (size_class.h): their first lines, which
+ * programs touch most, then spread over the cache's sets. A slab's worth
+ * of blocks of each class, in a fresh process (each class's first run,
+ * carved in address order), must start on at least 48 of a page's 64
+ * lines; 1024-byte classes would start on 4, 512-byte ones on 8. */
+static void
+test_blocks_start_on_most_lines (void)
+{
+  if (!ht_in_fresh_process ())
+    return;
+  size_t last = 0;
+  for (size_t want = 257; want <= 1024; want++)
+    {
+      void *probe = T (malloc) (want);
+      size_t size = T (malloc_usable_size) (probe);
+      T (free) (probe);
+      if (size == last)
+        continue;
+      last = size;
+      size_t n = 65536 / size;
+      void **blocks = g_new0 (void *, n);
+      guint64 lines = 0;
+      for (size_t i = 0; i < n; i++)
+        {
+          blocks[i] = T (malloc) (size);
+          g_assert_nonnull (blocks[i]);
+          lines |= (guint64) 1 << ((uintptr_t) blocks[i] % 4096 / 64);
+        }
+      int count = __builtin_popcountll (lines);
+      g_test_message ("%zu-byte blocks start on %d lines of 64", size, count);
+      if (count < 48)
+        g_error ("%zu-byte blocks start on only %d of a page's 64 lines", size, count);
+      for (size_t i = 0; i < n; i++)
+        T (free) (blocks[i]);
+      g_free (blocks);
+    }
+  g_assert_cmpuint (last, >=, 1024);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -703,6 +743,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/random-mix-carves-near-live", test_random_mix_carves_near_live);
   g_test_add_func ("/sizes/runs-fill-short-stretches", test_runs_fill_short_stretches);
   g_test_add_func ("/sizes/run-finds-room-past-misfits", test_run_finds_room_past_misfits);
+  g_test_add_func ("/sizes/blocks-start-on-most-lines", test_blocks_start_on_most_lines);
 
   return g_test_run ();
 }

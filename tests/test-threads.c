@@ -945,8 +945,11 @@ test_consumer_keeps_few_blocks (void)
 
 /* A refill carves about a page of new blocks at most: blocks carved but
  * never asked for stay resident for nothing. A new thread's 30 blocks of
- * 1000 bytes (then a 1008-byte class, 4 a page) used to carve 44. */
-enum { CARVED_WANTED = 30, CARVED_SIZE = 1000 };
+ * 1000 bytes (then a 1008-byte class, 4 a page) used to carve 44. Only
+ * until the class has had HAK_CARVE_STREAK such refills in a row by
+ * itself (backend/heap.c, carve_cap), after which it carves up to half a
+ * bin: 12 blocks of the 1040-byte class, 3 a page, take four refills. */
+enum { CARVED_WANTED = 12, CARVED_SIZE = 1000 };
 
 /* Refills of, and blocks carved for, the class of blocks of `size` bytes
  * (its stats line, "hakmem: class N (  size B): refills R, carved C ..."). */

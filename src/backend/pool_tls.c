@@ -1,4 +1,4 @@
-/* Pool TLS box: mid sizes (1 KiB to 256 KiB) from per-thread arenas. The
+/* Pool TLS box: mid sizes (1041 B to 256 KiB) from per-thread arenas. The
  * arenas are the runs the thread's heap carves in its own SuperSlabs (so the
  * owner allocates and frees with no atomic read-modify-write); this box adds
  * per-thread bins sized by bytes, so a mid-size hit is as cheap as a tiny

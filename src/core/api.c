@@ -328,7 +328,7 @@ static void *move_block(void *p, size_t keep, size_t size) {
 }
 
 /* The block a realloc moved a small block out of. A mid-size one (above
- * 1 KiB) goes straight back to its run, not to the thread's bin: a
+ * 1040 B) goes straight back to its run, not to the thread's bin: a
  * program growing buffers by realloc leaves each class behind as fast as
  * it enters it, and a bin would keep that class's blocks (and their
  * pages) for that class only, while a run with no block left frees its

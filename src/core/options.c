@@ -10,7 +10,7 @@
 struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_CHOICE,
         { "tcache", "none" }, HAKMEM_DEFAULT_FRONT,
-        "front cache box for tiny sizes (<= 1 KiB): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0 },
+        "front cache box for tiny sizes (<= 1040 B): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_CHOICE,
 #if HAVE_POOL_TLS_BOX
         { "tls", "none" },

@@ -8,7 +8,11 @@
 const uint32_t hak_class_size[HAK_NCLASS] = {
     0,
     HAK_STEPS8(0u), HAK_STEPS8(128u),
-    HAK_QUARTERS(256u), HAK_QUARTERS(512u),
+    /* the quarters from 256 to 1024, each one or two 16-byte steps past
+     * where that makes its blocks start on most lines of a page (see
+     * size_class.h): 320, 384 + 16, 448, 512 + 16, 640 + 32, 768 + 16,
+     * 896 + 32, 1024 + 16 */
+    320u, 400u, 448u, 528u, 672u, 784u, 928u, 1040u,
     HAK_MID_STEPS(1024u), HAK_MID_STEPS(2048u), HAK_MID_STEPS(4096u), HAK_MID_STEPS(8192u),
     HAK_MID_STEPS(16384u), HAK_MID_STEPS(32768u), HAK_MID_STEPS(65536u), HAK_MID_STEPS(131072u),
 };

@@ -1,10 +1,25 @@
-/* Size classes: 16 B steps up to 256 B, then four classes per doubling
- * (320, 384, 448, 512, 640, ..., 1024), and above 1 KiB five: an eighth
- * past each power of two, then the quarters (1152, 1280, 1536, 1792,
- * 2048, 2304, ...) up to HAK_SMALL_MAX (256 KiB). Internal waste: under
- * 16 B per block up to 256 B; above, at most 25% at a class boundary
- * (12.5% just past a power of two from 1 KiB up), about 10% on average
- * for uniformly random sizes. Few classes above 256 B because each class
+/* Size classes: 16 B steps up to 256 B, then four classes per doubling up
+ * to about 1 KiB (320, 400, 448, 528, 672, 784, 928, 1040), and above
+ * five: an eighth past each power of two, then the quarters (1152, 1280,
+ * 1536, 1792, 2048, 2304, ...) up to HAK_SMALL_MAX (256 KiB). Internal
+ * waste: under 16 B per block up to 256 B; above, at most 25% plus 32 B at
+ * a class boundary (12.5% just past a power of two from 1 KiB up), about
+ * 10% on average for uniformly random sizes.
+ *
+ * Why 400, 528, 672, 784, 928 and 1040 and not the quarters themselves:
+ * a program mostly touches the first line of each block (a header, a
+ * vtable, a key), and blocks start at k * size in every slab. At 1024 B
+ * they start on only 4 of a page's 64 lines, so the first lines of all a
+ * program's 1 KiB blocks compete for 4 of the L1's 64 sets (and 1/16 of
+ * the L2's, whose low index bits are the line's place in its page); 512 B
+ * on 8, 768 B on 16, 384, 640 and 896 B on 32. A size 16 or 32 bytes past
+ * the quarter makes a slab's blocks start on 55 to 64 lines (1040: 63,
+ * 528: 55). random_mixed: 3-4% faster, the speed an unsafe prototype with
+ * per-run colors had (docs/PERFORMANCE.md, session 16). The cost: those
+ * classes' blocks are 16- or 32-aligned, not naturally aligned, so
+ * memalign above that takes a class whose size is a multiple of the
+ * alignment (320, 448 or a mid class), and a request of exactly 512 or
+ * 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
  * number of classes (docs/PERFORMANCE.md, session 8). The extra class an
@@ -22,13 +37,13 @@
 
 #include "core/common.h"
 
-#define HAK_TINY_MAX      1024u                 /* front cache range */
+#define HAK_TINY_MAX      1040u                 /* front cache range: up to the last tiny class */
 #define HAK_FINE_MAX      256u                  /* 16 B steps up to here */
 #define HAK_SMALL_MAX     ((size_t)256 << 10)   /* SuperSlab range   */
 #define HAK_CLASS_INVALID 0u
 #define HAK_CLASS_FIRST   1u
 #define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
-#define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1024 B */
+#define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1040 B */
 #define HAK_NCLASS        65u                   /* 0, 24 tiny, 40 mid (1152 B..256 KiB) */
 #define HAK_NBINS         HAK_NCLASS
 
@@ -56,17 +71,18 @@ struct hak_class_check {
 HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
 void hak_size_class_init(void);
 
-/* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: four classes per power of
- * two (320, 384, 448, 512, 640, ..., 1024), a few ALU operations. */
+/* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: the first of the eight
+ * classes above 256 B that holds it. Slow paths only (the hit path has a
+ * table by size). */
 HAK_INLINE unsigned hak_quarter_class(size_t n) {
-    size_t m = n - 1;
-    unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* 2^lg <= m < 2^(lg+1) */
-    unsigned quarter = (unsigned)((m >> (lg - 2)) & 3u);     /* which quarter of it */
-    return HAK_FINE_LAST + 1 + (lg - 8) * 4 + quarter;
+    unsigned c = HAK_FINE_LAST + 1;
+    while (hak_class_size[c] < n) c++;
+    return c;
 }
 
 /* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: five per power of two, the
- * first an eighth past it (1152, 1280, 1536, 1792, 2048, 2304, ...). */
+ * first an eighth past it (1152, 1280, 1536, 1792, 2048, 2304, ...); from
+ * 1041 B up, so lg >= 10. */
 HAK_INLINE unsigned hak_mid_class(size_t n) {
     size_t m = n - 1;
     unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* lg >= 10 */

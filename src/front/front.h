@@ -1,6 +1,6 @@
 /* Per-thread cache box contract, shared by the two boxes that own bins: the
- * front cache (tiny classes, <= 1 KiB) and the Pool TLS box (mid classes,
- * 1 KiB to 256 KiB).
+ * front cache (tiny classes, up to 1040 B) and the Pool TLS box (mid
+ * classes, 1152 B to 256 KiB).
  *
  * A box's hit path is NOT in this table: malloc pops bins[cls] and free
  * pushes onto it inline, with no call, when the bin has a block (malloc) or

@@ -1,9 +1,9 @@
-/* The default front: per-thread bins for the tiny classes (<= 1 KiB),
+/* The default front: per-thread bins for the tiny classes (up to 1040 B),
  * refilled and flushed in batches (front/batch.c). */
 #include "front/front.h"
 
 /* About 32 KiB per class, between 8 and 256 blocks: small classes get deep
- * bins (they are cheap), 1 KiB gets 32. */
+ * bins (they are cheap), the 1040-byte class gets 31. */
 static uint32_t tcache_capacity(unsigned cls) {
     uint32_t n = 32768u / hak_class_size[cls];
     return n < 8 ? 8 : n > 256 ? 256 : n;
