@@ -9,6 +9,7 @@
 #define HAKMEM_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +28,22 @@ void  *hak_pvalloc(size_t size);
 size_t hak_malloc_usable_size(void *ptr);
 void   hak_free_sized(void *ptr, size_t size);
 void   hak_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+/* glibc's <malloc.h> extras, for hakmem's memory (the standard names are
+ * the same functions when hakmem interposes malloc). hak_malloc_trim gives
+ * back what is cached and the pages of free slabs now, ignoring pad, and
+ * returns 1 if anything went back. hak_mallinfo2 and hak_mallinfo report
+ * hakmem's mappings (see core/malloc_extras.c for what each field holds;
+ * include <malloc.h> for the structs). hak_malloc_stats prints the
+ * counters to stderr; hak_malloc_info writes the mallinfo2 figures to fp as
+ * XML (options must be 0). */
+struct mallinfo;
+struct mallinfo2;
+int    hak_malloc_trim(size_t pad);
+struct mallinfo2 hak_mallinfo2(void);
+struct mallinfo hak_mallinfo(void);
+void   hak_malloc_stats(void);
+int    hak_malloc_info(int options, FILE *fp);
 
 /* 1 when ptr is the start of a block hakmem handed out, else 0 (stack,
  * static, foreign, interior or garbage pointers, freed large blocks). A small

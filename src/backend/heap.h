@@ -116,6 +116,11 @@ size_t hak_heap_release_unused(struct hak_heap *h);
 /* Memory pressure: every other heap's SuperSlabs with no run go back to
  * the pool (self may be NULL). Returns how many. */
 size_t hak_heap_release_empty_elsewhere(struct hak_heap *self);
+/* malloc_trim: the pages of every free slab of every heap go back now,
+ * whatever the clock says (other heaps' only when their lock is free), and
+ * those of the free blocks of self's mostly free runs (hollow runs, see
+ * heap_hollow.c; self may be NULL). Returns how many slabs and runs did. */
+size_t hak_heap_purge_all_free(struct hak_heap *self);
 
 /* Bytes of h's runs not on a run free list: in use by the program or
  * waiting in thread caches. A snapshot for stats. */

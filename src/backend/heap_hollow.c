@@ -162,12 +162,17 @@ static void hollow_one(struct hak_heap *h, struct hak_slab *s) {
     if (s->state == HAK_SLAB_PARTIAL && worth_hollowing(s)) hollow_run(h, s);
 }
 
-void hak_heap_hollow_batch(struct hak_heap *h) {
-    if (h->hollow_queued_bytes < HAK_HOLLOW_DROP || h->dropped_bytes < HAK_HOLLOW_DROP ||
-        !hak_opt(HAK_OPT_DECAY_MS))
-        return;
+unsigned hak_heap_hollow_all(struct hak_heap *h) {
+    if (!hak_opt(HAK_OPT_DECAY_MS)) return 0;
+    uint64_t before = h->st.hollowed_runs;
     while (h->hollow_queue) hollow_one(h, h->hollow_queue);
     h->dropped_bytes = 0;
+    return (unsigned)(h->st.hollowed_runs - before);
+}
+
+void hak_heap_hollow_batch(struct hak_heap *h) {
+    if (h->hollow_queued_bytes < HAK_HOLLOW_DROP || h->dropped_bytes < HAK_HOLLOW_DROP) return;
+    hak_heap_hollow_all(h);
 }
 
 void hak_heap_hollow_tick(struct hak_heap *h, uint32_t now, uint32_t period) {

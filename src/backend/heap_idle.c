@@ -370,6 +370,24 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
     return n;
 }
 
+size_t hak_heap_purge_all_free(struct hak_heap *self) {
+    size_t n = 0;
+    for (struct hak_heap *cur = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE); cur; cur = cur->next_all) {
+        if (!hak_spin_trylock(&cur->lock)) continue;
+        if (cur == self) n += hak_heap_hollow_all(cur);
+        unsigned calls = 0;
+        if (cur->purge_n) hak_heap_purge_batch(cur);
+        for (struct hak_superslab *ss = cur->ss_list; ss; ss = ss->next) {
+            unsigned purged = hak_ss_purge_free(ss, HAK_SS_ALL_FREE, &calls);
+            hak_heap_dirty_sub(cur, purged);
+            n += purged;
+        }
+        cur->st.decay_purges += calls;
+        hak_spin_unlock(&cur->lock);
+    }
+    return n;
+}
+
 void hak_heap_scavenge_abandoned(void) {
     hak_spin_lock(&hak_heaps.lock);
     size_t n = hak_heaps.nabandoned;

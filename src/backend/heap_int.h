@@ -86,6 +86,9 @@ static inline void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab 
 void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s);
 /* On a refill: the whole queue, after a large drop. */
 void hak_heap_hollow_batch(struct hak_heap *h);
+/* malloc_trim: the whole queue now (nothing with the clock off); returns
+ * how many runs went hollow. */
+unsigned hak_heap_hollow_all(struct hak_heap *h);
 /* At a decay tick: runs that waited in the queue a whole period. */
 void hak_heap_hollow_tick(struct hak_heap *h, uint32_t now, uint32_t period);
 /* Moves up to want of s's hollow blocks onto the bin; returns how many. */

@@ -199,6 +199,7 @@ void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
     }
     publish(h, span, align, reach);
     __atomic_fetch_add(&large.st.live_bytes, span, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&large.st.live_spans, 1, __ATOMIC_RELAXED);
     return h->user;
 }
 
@@ -219,6 +220,7 @@ void hak_large_free(struct hak_large *h) {
     size_t limit = (size_t)hak_opt(HAK_OPT_LARGE_CACHE_MB) << 20;
     uint32_t now = hak_os_clock_ms();
     __atomic_fetch_sub(&large.st.live_bytes, span, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&large.st.live_spans, 1, __ATOMIC_RELAXED);
     h->freed_ms = now;
     struct hak_large *evict = NULL;
     hak_spin_lock(&large.lock);

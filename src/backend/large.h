@@ -44,7 +44,7 @@ void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
 
-struct hak_large_stats { size_t mapped, unmapped, cache_hits, cached_bytes, remaps, live_bytes, splits, purges, grown; };
+struct hak_large_stats { size_t mapped, unmapped, cache_hits, cached_bytes, remaps, live_bytes, live_spans, splits, purges, grown; };
 void hak_large_stats(struct hak_large_stats *out);
 
 #endif

@@ -444,7 +444,6 @@ HAK_EXPORT void hak_print_config(void) {
 
 /* ---- interposition ------------------------------------------------------ */
 #if HAKMEM_INTERPOSE
-#define HAK_ALIAS(name) __attribute__((alias(name), visibility("default")))
 void  *malloc(size_t) HAK_ALIAS("hak_malloc");
 void   free(void *) HAK_ALIAS("hak_free");
 void  *calloc(size_t, size_t) HAK_ALIAS("hak_calloc");

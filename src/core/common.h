@@ -14,6 +14,9 @@
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
 #define HAK_EXPORT      __attribute__((visibility("default")))
+/* A standard name (malloc, ...) for a hak_* function: the same code, so
+ * interposing costs no call (only used when HAKMEM_INTERPOSE). */
+#define HAK_ALIAS(name) __attribute__((alias(name), visibility("default")))
 /* Internal data declared in headers: hidden, so code reaches it PC-relative
  * instead of through the GOT (-fvisibility=hidden covers definitions only). */
 #define HAK_DATA        extern __attribute__((visibility("hidden")))

@@ -4,7 +4,9 @@
  * must not starve another: mid-size blocks a thread freed wait in its bins
  * (up to 2 MiB a class), which keep their runs, and each class's current
  * run keeps its SuperSlab mapped, so a large block found no room after the
- * program had freed everything (tests/oom, reuse-after-mid). */
+ * program had freed everything (tests/oom, reuse-after-mid).
+ * malloc_trim asks for the same at any time, and for the free slabs that
+ * the decay clock would give back later (core/malloc_extras.c). */
 #include "core/pressure.h"
 #include "core/tls.h"
 #include "front/front.h"
@@ -23,4 +25,10 @@ int hak_release_unused(void) {
     released += hak_large_release_cache();
     released += hak_ss_pool_release_all();
     return released != 0;
+}
+
+int hak_trim(void) {
+    int released = hak_release_unused();
+    struct hak_tls *t = &hak_tls;
+    return (hak_heap_purge_all_free(t->state == 1 ? t->heap : NULL) != 0) | released;
 }

@@ -6,5 +6,8 @@
 #define HAK_PRESSURE_H
 
 int hak_release_unused(void);
+/* malloc_trim: the same, and then the pages of every free slab of every
+ * heap (whatever the decay clock says). Returns 1 if anything went back. */
+int hak_trim(void);
 
 #endif
