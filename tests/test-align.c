@@ -2,7 +2,9 @@
  * alignment from 8/16 bytes to 4 MiB over several sizes. */
 #include "hakmem-test.h"
 
-static const size_t sizes[] = { 0, 1, 100, 4096, 300000 };
+/* 300-1040: the tiny classes above 256 B, whose blocks are only 16-, 32-
+ * or 64-byte aligned (README: size classes) */
+static const size_t sizes[] = { 0, 1, 100, 300, 500, 1000, 1040, 4096, 300000 };
 
 enum which { POSIX_MEMALIGN, ALIGNED_ALLOC, MEMALIGN };
 static const char *const names[] = { "posix_memalign", "aligned_alloc", "memalign" };

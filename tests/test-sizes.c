@@ -114,14 +114,21 @@ test_every_small_size (void)
   g_free (idx);
 }
 
-/* Size-class boundaries of the documented scheme: 16-byte steps up to 128,
- * then 4 classes per doubling up to 1 MiB (covering tiny 1 KiB, mid 256 KiB
- * and the first large sizes) and, from 1 KiB up, one an eighth past each
- * power of two, plus a few large sizes. */
+/* The tiny classes between 256 B and 1 KiB that sit 16 or 32 bytes past
+ * their quarter (README: size classes), the last of them the tiny/mid
+ * edge. */
+static const size_t shifted_classes[] = { 400, 528, 672, 784, 928, 1040 };
+
+/* Size-class boundaries: 16-byte steps up to 128, then 4 classes per
+ * doubling up to 1 MiB (covering tiny, mid 256 KiB and the first large
+ * sizes: the quarters, and the shifted classes above) and, from 1 KiB up,
+ * one an eighth past each power of two, plus a few large sizes. */
 static size_t
 boundary_sizes (size_t *out)
 {
   size_t n = 0;
+  for (size_t i = 0; i < G_N_ELEMENTS (shifted_classes); i++)
+    out[n++] = shifted_classes[i];
   for (size_t s = 16; s <= 128; s += 16)
     out[n++] = s;
   for (size_t p = 128; p < HT_MiB; p *= 2)

@@ -18,7 +18,7 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         { "none" },
 #endif
         HAKMEM_DEFAULT_POOL,
-        "Pool TLS box for mid sizes (1-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
+        "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_CHOICE,
 #if HAVE_MINCORE_BOX
         { "registry", "mincore" },

@@ -18,7 +18,8 @@
  * per-run colors had (docs/PERFORMANCE.md, session 16). The cost: those
  * classes' blocks are 16- or 32-aligned, not naturally aligned, so
  * memalign above that takes a class whose size is a multiple of the
- * alignment (320, 448 or a mid class), and a request of exactly 512 or
+ * alignment (320 or 448 for 64 bytes, also 672 or 928 for 32, otherwise a
+ * mid class), and a request of exactly 512 or
  * 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the

@@ -77,14 +77,14 @@ get_size (struct in *in)
    * traffic of filling and checking blocks is what bounds executions/s */
   uint64_t sq = (uint64_t) v * v;
   if (sel < 160)
-    return v % 1025;                                  /* 0 .. 1 KiB */
+    return v % 1041;                                  /* tiny: 0 .. 1040 */
   if (sel < 220)
-    return 1025 + (size_t) (sq >> 14) % (256 * KiB - 1024);   /* mid */
+    return 1041 + (size_t) (sq >> 14) % (256 * KiB - 1040);   /* mid */
   if (sel < 232)
     return 256 * KiB + 1 + (size_t) (sq >> 12);       /* large: 256 KiB .. ~1.3 MiB */
   /* edges around class and range boundaries */
   static const size_t edge[] = {
-    1, 8, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097,
+    1, 8, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 1039, 1040, 1041, 4095, 4096, 4097,
     65535, 65536, 65537, 256 * KiB - 1, 256 * KiB, 256 * KiB + 1, 2 * MiB - 1, 2 * MiB,
     2 * MiB + 1, 4 * MiB,
   };
