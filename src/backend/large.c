@@ -3,6 +3,7 @@
 #include "backend/os.h"
 #include "backend/superslab.h"
 #include "core/options.h"
+#include "core/track.h"
 
 #include <errno.h>
 #include <string.h>
@@ -109,6 +110,7 @@ static struct hak_large *cache_take(size_t span, size_t align) {
  * pages (its header's page at least). */
 static void split_off(struct hak_large *h, size_t span) {
     struct hak_large *rest = (struct hak_large *)((char *)h + span);
+    hak_track_reuse(rest, sizeof *rest);   /* it lies in the freed block */
     rest->magic = HAK_LARGE_MAGIC;
     rest->span = h->span - span;
     rest->usable = 0;

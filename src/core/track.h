@@ -20,6 +20,8 @@
 #define hak_track_free(p)                VALGRIND_FREELIKE_BLOCK((p), 0)
 #define hak_track_resize(p, old, new)    VALGRIND_RESIZEINPLACE_BLOCK((p), (old), (new), 0)
 #define hak_track_noaccess(p, n)         VALGRIND_MAKE_MEM_NOACCESS((p), (n))
+/* hakmem's own metadata written where a freed block was */
+#define hak_track_reuse(p, n)            VALGRIND_MAKE_MEM_UNDEFINED((p), (n))
 
 /* malloc clears a block's free mark just before the block is handed out
  * (and described to memcheck) */
@@ -58,6 +60,7 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 #define hak_track_free(p)                do { } while (0)
 #define hak_track_resize(p, old, new)    do { } while (0)
 #define hak_track_noaccess(p, n)         do { } while (0)
+#define hak_track_reuse(p, n)            do { } while (0)
 
 HAK_INLINE void hak_mark_clear(uint32_t *mark) { *mark = 0; }
 HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) { *mark = value; }
