@@ -192,6 +192,40 @@ test_many_aligned (void)
   g_free (r);
 }
 
+/* An aligned request between 256 B and 1 KiB gets a block no larger than
+ * the first quarter (320, 384, 448, 512, 640, 768, 896, 1024) that holds it
+ * and is a multiple of the alignment: a naturally aligned block, not a mid
+ * one (aligned_alloc(64, 512) took 1,152 bytes, memalign(512, 300) 1,536,
+ * when only malloc's classes were looked at). Every block stays live, in a
+ * fresh process, so that no larger free block can stand in. */
+static void
+test_aligned_tiny_blocks_fit (void)
+{
+  if (!ht_in_fresh_process ())
+    return;
+  static const size_t quarters[] = { 320, 384, 448, 512, 640, 768, 896, 1024 };
+  static const size_t aligns[] = { 32, 64, 128, 256, 512, 1024 };
+  static const size_t req[] = { 257, 300, 320, 384, 385, 449, 500, 512, 513, 700, 800, 1000, 1024 };
+  void *live[G_N_ELEMENTS (aligns) * G_N_ELEMENTS (req)];
+  size_t n = 0;
+  for (size_t a = 0; a < G_N_ELEMENTS (aligns); a++)
+    for (size_t r = 0; r < G_N_ELEMENTS (req); r++)
+      {
+        size_t fit = 0;
+        for (size_t q = 0; q < G_N_ELEMENTS (quarters) && !fit; q++)
+          if (quarters[q] >= req[r] && quarters[q] % aligns[a] == 0)
+            fit = quarters[q];
+        void *p = do_alloc (POSIX_MEMALIGN, aligns[a], req[r]);
+        size_t usable = T (malloc_usable_size) (p);
+        if (usable > fit)
+          g_error ("posix_memalign(%zu, %zu) got a %zu-byte block; %zu would do",
+                   aligns[a], req[r], usable, fit);
+        live[n++] = p;
+      }
+  for (size_t i = 0; i < n; i++)
+    T (free) (live[i]);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -203,6 +237,7 @@ main (int argc, char **argv)
   g_test_add_func ("/align/small-alignments", test_small_alignments);
   g_test_add_func ("/align/realloc-aligned", test_aligned_then_realloc);
   g_test_add_func ("/align/many-aligned", test_many_aligned);
+  g_test_add_func ("/align/aligned-tiny-blocks-fit", test_aligned_tiny_blocks_fit);
 
   return g_test_run ();
 }

@@ -169,7 +169,7 @@ static inline int grows_alone(const struct hak_heap *h, unsigned cls) {
     return h->carve_alone_cls == cls && h->carve_alone >= HAK_CARVE_STREAK;
 }
 static inline unsigned carve_cap(const struct hak_heap *h, const struct hak_slab *s, unsigned cls) {
-    int grown = cls > HAK_TINY_LAST ? h->carve_streak[cls] >= HAK_CARVE_STREAK : grows_alone(h, cls);
+    int grown = !hak_class_is_tiny(cls) ? h->carve_streak[cls] >= HAK_CARVE_STREAK : grows_alone(h, cls);
     unsigned pages = grown ? HAK_CARVE_GROWN_PAGES : 1;
     unsigned n = pages * HAK_PAGE_SIZE / s->block_size;
     return n ? n : 1;

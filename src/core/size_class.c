@@ -15,11 +15,14 @@ const uint32_t hak_class_size[HAK_NCLASS] = {
     320u, 400u, 448u, 528u, 672u, 784u, 928u, 1040u,
     HAK_MID_STEPS(1024u), HAK_MID_STEPS(2048u), HAK_MID_STEPS(4096u), HAK_MID_STEPS(8192u),
     HAK_MID_STEPS(16384u), HAK_MID_STEPS(32768u), HAK_MID_STEPS(65536u), HAK_MID_STEPS(131072u),
+    /* for aligned requests only (size_class.h) */
+    384u, 512u, 640u, 768u, 896u, 1024u,
 };
 #undef HAK_MID_STEPS
 #undef HAK_QUARTERS
 #undef HAK_STEPS8
 _Static_assert(HAK_FINE_LAST * 16 == HAK_FINE_MAX, "fine classes are 16 B steps");
+_Static_assert(HAK_MID_LAST + 1 == HAK_ALIGNED_FIRST, "aligned requests' classes come last");
 
 
 struct hak_class_check hak_class_run_check[HAK_NCLASS];

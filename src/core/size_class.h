@@ -18,8 +18,9 @@
  * per-run colors had (docs/PERFORMANCE.md, session 16). The cost: those
  * classes' blocks are 16- or 32-aligned, not naturally aligned, so
  * memalign above that takes a class whose size is a multiple of the
- * alignment (320 or 448 for 64 bytes, also 672 or 928 for 32, otherwise a
- * mid class), and a request of exactly 512 or
+ * alignment (320 or 448 for 64 bytes, also 672 or 928 for 32, or one of
+ * the quarters kept for aligned requests, HAK_ALIGNED_FIRST), and a
+ * request of exactly 512 or
  * 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
@@ -45,7 +46,16 @@
 #define HAK_CLASS_FIRST   1u
 #define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
 #define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1040 B */
-#define HAK_NCLASS        65u                   /* 0, 24 tiny, 40 mid (1152 B..256 KiB) */
+#define HAK_MID_LAST      64u                   /* classes 25..64: 1152 B..256 KiB */
+/* Classes 65..70: 384, 512, 640, 768, 896 and 1024 B, the quarters the
+ * classes above 256 B sit past. Only aligned requests (memalign and the
+ * like, alignment 32 B and up) take them: those need a class whose size is
+ * a multiple of the alignment, and without these, aligned_alloc(64, 512)
+ * took a 1,152-byte block and memalign(512, 300) a 1,536-byte one (2-3x
+ * glibc's peak RSS on a program made of such blocks; C++ gets them for
+ * every alignas(64) object). malloc's tables never lead to them. */
+#define HAK_ALIGNED_FIRST 65u
+#define HAK_NCLASS        71u                   /* 0, 24 tiny, 40 mid, 6 tiny for aligned requests */
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
@@ -79,6 +89,12 @@ HAK_INLINE unsigned hak_quarter_class(size_t n) {
     unsigned c = HAK_FINE_LAST + 1;
     while (hak_class_size[c] < n) c++;
     return c;
+}
+
+/* 1 for the classes the front cache box serves (the tiny ones, aligned
+ * requests' included); 0 for mid classes, which the Pool TLS box serves. */
+HAK_INLINE int hak_class_is_tiny(unsigned cls) {
+    return cls <= HAK_TINY_LAST || cls >= HAK_ALIGNED_FIRST;
 }
 
 /* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: five per power of two, the

@@ -68,7 +68,7 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     struct hak_bin *spare = NULL;
-    if (cls > HAK_TINY_LAST && t->standins[cls] < HAK_STANDIN_MAX)
+    if (!hak_class_is_tiny(cls) && t->standins[cls] < HAK_STANDIN_MAX)
         spare = larger_bin_with_block(t, cls);
     void *p;
     if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {

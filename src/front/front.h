@@ -36,7 +36,7 @@ HAK_DATA const struct hak_cache_ops *hak_front;
 HAK_DATA const struct hak_cache_ops *hak_pool;
 
 static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
-    return cls <= HAK_TINY_LAST ? hak_front : hak_pool;
+    return hak_class_is_tiny(cls) ? hak_front : hak_pool;
 }
 
 /* A bin's capacity starts small and doubles on every refill up to its
