@@ -20,8 +20,7 @@
  * memalign above that takes a class whose size is a multiple of the
  * alignment (320 or 448 for 64 bytes, also 672 or 928 for 32, or one of
  * the quarters kept for aligned requests, HAK_ALIGNED_FIRST), and a
- * request of exactly 512 or
- * 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
+ * request of exactly 512 or 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
  * number of classes (docs/PERFORMANCE.md, session 8). The extra class an
@@ -139,7 +138,9 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
 static inline int hak_class_stands_in(unsigned big, unsigned cls) {
     uint32_t want = hak_class_size[cls], have = hak_class_size[big];
     uint32_t align = want & -want;
-    return big > cls && have <= 2 * want && (have & (align - 1)) == 0;
+    /* by size, not index: the classes kept for aligned requests come after
+     * the mid ones but are smaller */
+    return big > cls && have >= want && have <= 2 * want && (have & (align - 1)) == 0;
 }
 
 /* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
