@@ -22,4 +22,11 @@
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 
+/* Where a request changes box (README, "Boxes"): up to HT_TINY_MAX the
+ * front cache's classes, up to HT_MID_MAX Pool TLS's, above it the large
+ * path. Size generators split their ranges here so that each range's
+ * checks exercise the box they name. */
+#define HT_TINY_MAX ((size_t)1040)
+#define HT_MID_MAX (256 * KiB)
+
 #endif

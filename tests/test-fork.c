@@ -63,6 +63,29 @@ child_code_name (int code)
 
 static gint stop_workers;
 
+/* Threads of the parent's that have entered their start routine. A
+ * sanitizer's runtime sets a new thread up with its own malloc before
+ * that (ASan: AsanThread::Init frees through its quarantine), and GCC
+ * 12's libasan does not hold its allocator's locks across fork(): a fork
+ * landing there leaves a child whose first thread waits forever on a
+ * lock of ASan's (seen under load in CI, session 18). The parent forks
+ * only once its threads are past that; what they do next, hakmem's
+ * first call included, still races the fork. */
+static gint threads_entered;
+
+static void
+thread_entered (void)
+{
+  g_atomic_int_inc (&threads_entered);
+}
+
+static void
+wait_threads_entered (int n)
+{
+  while (g_atomic_int_get (&threads_entered) < n)
+    g_usleep (100);
+}
+
 /* ThreadSanitizer cannot start a thread in the child of a multi-threaded
  * process ("starting new threads after multi-threaded fork is not
  * supported"; with die_after_fork=0 it dies on "dup thread with used id").
@@ -92,6 +115,7 @@ worker (void *arg)
   size_t n[SLOTS] = { 0 };
   uint64_t seed[SLOTS] = { 0 };
 
+  thread_entered ();
   for (unsigned ops = 0; !g_atomic_int_get (&stop_workers); ops++)
     {
       /* Keep allocating, but leave CPU time to the children (a starved
@@ -383,11 +407,13 @@ test_fork_with_threads (void)
   pthread_t t[WORKERS];
 
   g_atomic_int_set (&stop_workers, 0);
+  g_atomic_int_set (&threads_entered, 0);
   parent_has_threads = TRUE;
   for (int i = 0; i < WORKERS; i++)
     g_assert_cmpint (pthread_create (&t[i], NULL, worker,
                                      GSIZE_TO_POINTER ((gsize) i + 1)), ==, 0);
   /* Let the workers get going so that forks land mid-allocation. */
+  wait_threads_entered (WORKERS);
   g_usleep (20000);
   fork_many (FORKS);
   g_atomic_int_set (&stop_workers, 1);
@@ -416,10 +442,12 @@ test_fork_from_thread (void)
   pthread_t t[WORKERS], f;
 
   g_atomic_int_set (&stop_workers, 0);
+  g_atomic_int_set (&threads_entered, 0);
   parent_has_threads = TRUE;
   for (int i = 0; i < WORKERS; i++)
     g_assert_cmpint (pthread_create (&t[i], NULL, worker,
                                      GSIZE_TO_POINTER ((gsize) i + 100)), ==, 0);
+  wait_threads_entered (WORKERS);
   g_usleep (10000);
   g_assert_cmpint (pthread_create (&f, NULL, forking_thread, NULL), ==, 0);
   pthread_join (f, NULL);
@@ -445,6 +473,7 @@ starting_thread (void *arg)
   uint64_t rng = GPOINTER_TO_SIZE (arg);
   enum { SLOTS = 32 };
   void *p[SLOTS] = { 0 };
+  thread_entered ();
   for (int i = 0; i < 500; i++)
     {
       size_t k = ht_rand (&rng) % SLOTS;
@@ -467,12 +496,16 @@ test_fork_while_threads_start (void)
   int n = 0;
 
   g_atomic_int_set (&stop_workers, 0);
+  g_atomic_int_set (&threads_entered, 0);
   parent_has_threads = TRUE;
   for (int it = 0; it < STARTING_FORKS; it++)
     {
       for (int i = 0; i < STARTING_THREADS; i++, n++)
         g_assert_cmpint (pthread_create (&t[n], NULL, starting_thread,
                                          GSIZE_TO_POINTER ((gsize) n + 1000)), ==, 0);
+      /* Past the sanitizer's set-up, at their first allocation: hakmem
+       * makes their heaps as the fork takes every heap's lock. */
+      wait_threads_entered (n);
       pid_t pid = fork_flushed ();
       if (pid == 0)
         {

@@ -380,14 +380,16 @@ fill_size (int range, uint64_t *rng)
   uint64_t x = *rng >> 20;
   switch (range)
     {
-    case 0: return 1 + x % 1024;                       /* tiny */
-    case 1: return 1025 + x % (256 * KiB - 1025);      /* mid */
-    case 2: return 256 * KiB + 1 + x % (4 * MiB);      /* large */
+    case 0: return 1 + x % HT_TINY_MAX;                              /* tiny */
+    case 1: return HT_TINY_MAX + 1 + x % (HT_MID_MAX - HT_TINY_MAX); /* mid */
+    case 2: return HT_MID_MAX + 1 + x % (4 * MiB);                   /* large */
     default:
       {
         unsigned r = x % 100;
         x >>= 8;
-        return r < 70 ? 1 + x % 1024 : r < 95 ? 1025 + x % (128 * KiB) : 256 * KiB + x % (2 * MiB);
+        return r < 70 ? 1 + x % HT_TINY_MAX
+               : r < 95 ? HT_TINY_MAX + 1 + x % (128 * KiB)
+                        : HT_MID_MAX + x % (2 * MiB);
       }
     }
 }

@@ -189,11 +189,11 @@ pick_size (uint64_t *rng)
       /* tiny: favour small sizes */
       if (r < 400)
         return 1 + x % 128;
-      return 1 + x % 1024;
+      return 1 + x % HT_TINY_MAX;
     }
   if (r < 985)
-    return 1024 + 1 + x % (256 * KiB - 1024);
-  return 256 * KiB + 1 + x % (4 * MiB - 256 * KiB);
+    return HT_TINY_MAX + 1 + x % (HT_MID_MAX - HT_TINY_MAX);
+  return HT_MID_MAX + 1 + x % (4 * MiB - HT_MID_MAX);
 }
 
 static size_t
