@@ -18,17 +18,21 @@ void hak_spin_lock_slow(hak_spinlock_t *l) {
     }
 }
 
+/* Mappings are accounted (no MAP_NORESERVE): under the kernel's default
+ * overcommit heuristic, a request larger than RAM and swap together is
+ * refused at once, so malloc returns NULL with ENOMEM as glibc's does,
+ * instead of a block the process is killed for touching. */
 void *hak_os_map_aligned(size_t size, size_t align) {
     int saved = errno;
     /* Try the exact size first: the kernel often hands out aligned addresses
      * when the previous mapping ended on one. */
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) { errno = saved; return NULL; }
     if (((uintptr_t)p & (align - 1)) == 0) return p;
     munmap(p, size);
     size_t over = size + align;
     if (over < size) { errno = saved; return NULL; }
-    char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) { errno = saved; return NULL; }
     char *aligned = (char *)hak_align_up((uintptr_t)raw, align);
     if (aligned > raw) munmap(raw, (size_t)(aligned - raw));
