@@ -422,4 +422,12 @@ ht_stats_number (const char *format)
   return value;
 }
 
+/* Bytes of small blocks out of their runs (in use, in thread caches or in
+ * a heap's inbox), as hak_print_stats() reports them. */
+static inline size_t
+ht_stats_bytes_out (void)
+{
+  return (size_t) ht_stats_number ("hakmem: stats: heaps %*u; small blocks out %llu") * 1024;
+}
+
 #endif

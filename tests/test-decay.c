@@ -183,14 +183,6 @@ test_drop_returned_in_batches (void)
 enum { CACHED_BLOCKS = 32, CACHED_BLOCK = 64 * 1024 };
 static void *cached[CACHED_BLOCKS];
 
-/* Bytes of small blocks out of their runs (in use or in thread caches),
- * as hak_print_stats() reports them. */
-static size_t
-stats_bytes_out (void)
-{
-  return (size_t) ht_stats_number ("hakmem: stats: heaps %*u; small blocks out %llu") * 1024;
-}
-
 static void
 test_idle_cache_returned (void)
 {
@@ -199,17 +191,17 @@ test_idle_cache_returned (void)
   if (!ht_in_process_with_decay ("10"))
     return;
   ht_keep_allocating ();   /* the sizes in use have their runs */
-  size_t before = stats_bytes_out ();
+  size_t before = ht_stats_bytes_out ();
   ht_alloc_filled (cached, CACHED_BLOCKS, CACHED_BLOCK, 0x77);
   free_all (cached, CACHED_BLOCKS);
-  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = stats_bytes_out ();
+  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = ht_stats_bytes_out ();
   g_assert_cmpuint (out, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
   gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
   while (out >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
       ht_keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
-      out = stats_bytes_out ();
+      out = ht_stats_bytes_out ();
     }
   g_test_message ("%zu KiB out of runs before, %zu KiB after", before >> 10, out >> 10);
   if (out >= before + cached_bytes / 4)

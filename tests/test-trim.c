@@ -77,6 +77,46 @@ test_trim_returns_pages_inside_runs (void)
   g_free (b);
 }
 
+/* Blocks another thread freed into the heap of an exited thread that no
+ * thread adopted wait in that heap's inbox, and the heap keeps its runs
+ * for an adopter: trim takes both back. (Before, neither went until a
+ * thread needed a new SuperSlab: 48 MiB stayed out and resident.) */
+static void *
+fill_and_exit (void *arg)
+{
+  size_t *n = arg;
+  return fill_48_mib (256, n);
+}
+
+static void
+test_trim_takes_exited_threads_blocks (void)
+{
+  if (g_test_subprocess ())
+    {
+      void *own = T (malloc) (64);   /* a heap of its own: it must not adopt the filler's */
+      T (free) (own);
+      size_t start = rss_bytes_no_alloc (), n = 0;
+      pthread_t t;
+      g_assert_cmpint (pthread_create (&t, NULL, fill_and_exit, &n), ==, 0);
+      void **b = NULL;
+      g_assert_cmpint (pthread_join (t, (void **) &b), ==, 0);
+      for (size_t i = 0; i < n; i++)
+        T (free) (b[i]);
+      g_free (b);
+      size_t waiting = ht_stats_bytes_out ();
+      g_assert_cmpuint (waiting, >=, 40 * HT_MiB);   /* in the exited thread's inbox */
+      g_assert_cmpint (T (malloc_trim) (0), ==, 1);
+      g_assert_cmpuint (ht_stats_bytes_out (), <, HT_MiB);
+      g_assert_cmpuint (rss_bytes_no_alloc (), <, start + 8 * HT_MiB);
+      return;
+    }
+  /* no decay tick collects them first */
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
 /* A freed large block waits in the large cache, which mallinfo2 counts in
  * keepcost; trim unmaps it. */
 static void
@@ -280,6 +320,7 @@ main (int argc, char **argv)
   g_test_add_func ("/trim/returns-freed-memory", test_trim_returns_freed_memory);
   g_test_add_func ("/trim/returns-pages-inside-runs", test_trim_returns_pages_inside_runs);
   g_test_add_func ("/trim/empties-large-cache", test_trim_empties_large_cache);
+  g_test_add_func ("/trim/takes-exited-threads-blocks", test_trim_takes_exited_threads_blocks);
   g_test_add_func ("/trim/while-threads-allocate", test_trim_while_threads_allocate);
   g_test_add_func ("/mallinfo2/counts-blocks", test_mallinfo2_counts_blocks);
   g_test_add_func ("/mallinfo/matches-mallinfo2", test_mallinfo_matches_mallinfo2);

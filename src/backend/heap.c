@@ -285,7 +285,16 @@ void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last) {
     do {
         hak_link_set(last, old);
     } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &old, first,
-                                                    memory_order_release, memory_order_relaxed));
+                                                    memory_order_seq_cst, memory_order_relaxed));
+}
+
+/* 1 if owner had no thread when the blocks just pushed to its inbox got
+ * there. The push and this load are sequentially consistent, as are
+ * hak_heap_abandon's store of the flag and its drain's exchange: either
+ * this load sees the flag, or that drain sees the push. (On x86 these are
+ * the instructions a weaker order would use: no fence.) */
+static int pushed_to_orphan(struct hak_heap *owner) {
+    return atomic_load_explicit(&owner->orphaned, memory_order_seq_cst) != 0;
 }
 
 /* A flush hands a bin's blocks back to their runs a slab at a time: the
@@ -343,6 +352,7 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
         if (owner != chain_owner && chain_first) {
             hak_heap_remote_push(chain_owner, chain_first, chain_last);
             h->st.remote_pushes++;
+            h->fed_orphans |= (uint8_t)pushed_to_orphan(chain_owner);
             chain_first = NULL;
         }
         if (!chain_first) { chain_owner = owner; chain_first = p; }
@@ -354,6 +364,7 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
     if (chain_first) {
         hak_heap_remote_push(chain_owner, chain_first, chain_last);
         h->st.remote_pushes++;
+        h->fed_orphans |= (uint8_t)pushed_to_orphan(chain_owner);
     }
 }
 
@@ -368,7 +379,7 @@ void hak_heap_free_remote(void *p) {
 }
 
 void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
-    void *p = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
+    void *p = atomic_exchange_explicit(&h->inbox, NULL, memory_order_seq_cst);   /* see pushed_to_orphan */
     if (!p) return;
     h->st.inbox_drains++;
     uint64_t classes[(HAK_NCLASS + 63) / 64] = { 0 };

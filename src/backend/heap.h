@@ -30,7 +30,11 @@ struct hak_heap_stats {
 
 struct hak_heap {
     _Atomic(void *) inbox;            /* remote frees, any thread pushes */
-    char pad_inbox[56];               /* keep it off the owner's hot line */
+    /* 1 while no thread owns the heap (its thread exited, nobody adopted
+     * it yet): blocks pushed to its inbox then wait for a scavenger, so a
+     * pusher that sees it notes that it fed an orphan (fed_orphans) */
+    _Atomic uint32_t orphaned;
+    char pad_inbox[52];               /* keep it off the owner's hot line */
     /* Held by whoever works on the heap's runs and lists: its owner on
      * every miss (never on a hit), another thread that borrows free blocks
      * from it, or the thread that drains an abandoned heap. A thread that
@@ -83,6 +87,11 @@ struct hak_heap {
      * trim_idle_bins; owner only): head of each bin, and the tick count */
     void *bin_mark[HAK_NBINS];
     uint64_t bins_seen_tick;
+    /* Its thread pushed blocks to an orphaned heap's inbox since it last
+     * scavenged the abandoned heaps (owner only): it scavenges them at its
+     * next tick and when it exits, so that those blocks do not wait for a
+     * thread that needs a new SuperSlab (maybe none ever does). */
+    uint8_t fed_orphans;
     struct hak_heap_stats st;
 };
 
@@ -113,8 +122,10 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p);
  * SuperSlabs left with no run go back to the pool. h is the caller's own
  * heap. Returns the number of SuperSlabs released. */
 size_t hak_heap_release_unused(struct hak_heap *h);
-/* Memory pressure: every other heap's SuperSlabs with no run go back to
- * the pool (self may be NULL). Returns how many. */
+/* Memory pressure and malloc_trim: every other heap's SuperSlabs with no
+ * run go back to the pool (self may be NULL), after the heaps of exited
+ * threads took back what waits in their inboxes and let go of the runs
+ * they kept for an adopter. Returns how many. */
 size_t hak_heap_release_empty_elsewhere(struct hak_heap *self);
 /* malloc_trim: the pages of every free slab of every heap go back now,
  * whatever the clock says (other heaps' only when their lock is free), and

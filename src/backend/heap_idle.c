@@ -43,6 +43,7 @@ struct hak_heap *hak_heap_acquire(void) {
     if (h) {
         /* no recent high yet (see dirty_beyond_recent_high) */
         hak_spin_lock(&h->lock);
+        atomic_store_explicit(&h->orphaned, 0, memory_order_relaxed);
         h->high_now = h->high_last = 0;
         h->high_since = hak_os_clock_ms();
         h->dropped_bytes = 0;   /* the exited thread's fall says nothing either */
@@ -243,6 +244,11 @@ void hak_heap_decay(struct hak_heap *h) {
     if (calls < HAK_DECAY_CALLS) calls += hak_large_decay(now, period, HAK_DECAY_CALLS - calls);
     struct hak_heap *idle;
     int busy;
+    if (h->fed_orphans) {
+        /* what it sent to orphans' inboxes since its last tick */
+        h->fed_orphans = 0;
+        hak_heap_scavenge_abandoned();
+    }
     if (calls < HAK_DECAY_CALLS && __atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) &&
         (idle = hak_heap_abandoned_take_locked(&busy))) {
         hak_heap_scavenge_one(idle, now, period);
@@ -363,6 +369,13 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
     for (struct hak_heap *cur = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE); cur; cur = cur->next_all) {
         if (cur == self || !hak_spin_trylock(&cur->lock)) continue;
         uint64_t before = cur->st.ss_released;
+        if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) {
+            /* nobody's: what waits in its inbox, and the runs it kept for
+             * an adopter, go too (an adopter that took it off the queue
+             * meanwhile waits for the lock and then finds fewer runs) */
+            hak_heap_drain_inbox(cur, 0);
+            release_empty_runs(cur);
+        }
         heap_trim(cur);
         n += (size_t)(cur->st.ss_released - before);
         hak_spin_unlock(&cur->lock);
@@ -414,13 +427,22 @@ void hak_heap_scavenge_abandoned(void) {
  * period (scavenge_one). */
 void hak_heap_abandon(struct hak_heap *h) {
     hak_spin_lock(&h->lock);
+    /* orphaned before the last drain: a thread pushing to the inbox from
+     * now on either is drained here or sees the flag (pushed_to_orphan in
+     * heap.c) and scavenges later */
+    atomic_store_explicit(&h->orphaned, 1, memory_order_seq_cst);
     hak_heap_drain_inbox(h, 0);
     hak_heap_decay(h);
     heap_trim(h);
     h->abandoned_ms = hak_os_clock_ms();
+    int fed = h->fed_orphans;
+    h->fed_orphans = 0;
     hak_spin_unlock(&h->lock);
     hak_spin_lock(&hak_heaps.lock);
     abandoned_push_front(h);
     hak_spin_unlock(&hak_heaps.lock);
+    /* blocks this thread sent to heaps nobody owns: nobody else may come
+     * for them (an idle process keeps them resident until exit) */
+    if (fed) hak_heap_scavenge_abandoned();
 }
 
