@@ -369,14 +369,14 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
     for (struct hak_heap *cur = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE); cur; cur = cur->next_all) {
         if (cur == self || !hak_spin_trylock(&cur->lock)) continue;
         uint64_t before = cur->st.ss_released;
-        if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) {
-            /* nobody's: what waits in its inbox, and the runs it kept for
-             * an adopter, go too (an adopter that took it off the queue
-             * meanwhile waits for the lock and then finds fewer runs) */
-            hak_heap_drain_inbox(cur, 0);
-            release_empty_runs(cur);
-        }
-        heap_trim(cur);
+        /* a heap nobody owns gives up what waits in its inbox and the runs
+         * it kept for an adopter too, as if it had waited its decay period
+         * (an adopter that took it off the queue meanwhile waits for the
+         * lock and then finds fewer runs) */
+        if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed))
+            hak_heap_scavenge_one(cur, hak_os_clock_ms(), 0);
+        else
+            heap_trim(cur);
         n += (size_t)(cur->st.ss_released - before);
         hak_spin_unlock(&cur->lock);
     }

@@ -106,8 +106,8 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
         return q;
     }
     if (mremap(q, new_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) {
-        /* the home is mapped: copy instead (the pages were p's) */
-        memcpy(dst, q, new_size);
+        /* the home is mapped: copy instead (past old_size both are zero) */
+        memcpy(dst, q, old_size);
         munmap(q, new_size);
     }
     errno = saved;
