@@ -267,6 +267,62 @@ test_owns_after_free_large (void)
   check_owns_after_free (sizes, G_N_ELEMENTS (sizes));
 }
 
+/* Memory that was a SuperSlab, given back to the OS and mapped again by
+ * the program, holds no blocks: a free of a pointer into it is reported
+ * and ignored (HAKMEM_ON_ERROR=warn), never taken into a bin and handed
+ * out. The free hit path reads the SuperSlab's tags from the tag window,
+ * so they must go when the range goes (superslab.c, ss_unmap). */
+enum { REMAP_SIZE = 64, REMAP_N = (6 * 1024 * 1024) / REMAP_SIZE };
+
+static void
+test_unmapped_superslab_not_blocks (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_ON_ERROR", "warn", TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_unsetenv ("HAKMEM_ON_ERROR");
+      g_test_trap_assert_passed ();
+      g_test_trap_assert_stderr ("*hakmem: error: free(*");
+      return;
+    }
+  void **blocks = g_new (void *, REMAP_N);
+  for (size_t i = 0; i < REMAP_N; i++)
+    g_assert_nonnull (blocks[i] = T (malloc) (REMAP_SIZE));
+  for (size_t i = 0; i < REMAP_N; i++)
+    T (free) (blocks[i]);
+  T (malloc_trim) (0);
+
+  /* take back, for the program, the first of the blocks' SuperSlabs that
+   * hakmem gave back (the heap may keep its current one) */
+  unsigned char *chunk = NULL, *q = NULL;
+  for (size_t i = 0; i < REMAP_N && !chunk; i += 1024)
+    {
+      unsigned char *base = (unsigned char *) ((uintptr_t) blocks[i] & ~(uintptr_t) (2 * HT_MiB - 1));
+      void *m = mmap (base, 2 * HT_MiB, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (m == base)
+        chunk = base, q = blocks[i];
+      else if (m != MAP_FAILED)
+        munmap (m, 2 * HT_MiB);   /* an old kernel took it as a hint */
+    }
+  if (!chunk)
+    g_error ("malloc_trim gave back none of the %zu KiB of free blocks' SuperSlabs",
+             (size_t) REMAP_N * REMAP_SIZE / 1024);
+
+  T (free) (q);   /* reported: not a block */
+  for (size_t i = 0; i < REMAP_N; i++)
+    {
+      blocks[i] = T (malloc) (REMAP_SIZE);
+      if ((unsigned char *) blocks[i] >= chunk && (unsigned char *) blocks[i] < chunk + 2 * HT_MiB)
+        g_error ("malloc returned %p, inside memory the program mapped itself", blocks[i]);
+    }
+  for (size_t i = 0; i < REMAP_N; i++)
+    T (free) (blocks[i]);
+  munmap (chunk, 2 * HT_MiB);
+  g_free (blocks);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -281,6 +337,7 @@ main (int argc, char **argv)
   g_test_add_func ("/foreign/owns-hakmem", test_owns_hakmem);
   g_test_add_func ("/foreign/owns-interior", test_owns_interior);
   g_test_add_func ("/foreign/owns-after-free-large", test_owns_after_free_large);
+  g_test_add_func ("/foreign/unmapped-superslab-not-blocks", test_unmapped_superslab_not_blocks);
 
   return g_test_run ();
 }

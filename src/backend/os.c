@@ -43,6 +43,15 @@ void *hak_os_map_aligned(size_t size, size_t align) {
     return aligned;
 }
 
+void *hak_os_next_map_hint(void) {
+    int saved = errno;
+    void *p = mmap(NULL, HAK_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) { errno = saved; return NULL; }
+    munmap(p, HAK_PAGE_SIZE);
+    errno = saved;
+    return p;
+}
+
 void hak_os_unmap(void *p, size_t size) {
     int saved = errno;
     munmap(p, size);

@@ -13,6 +13,9 @@ void  hak_os_unmap(void *p, size_t size);
 void  hak_os_purge(void *p, size_t size);
 /* Moves or grows a mapping to a new aligned place without copying. */
 void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* Where the kernel would place the next mapping (a probe mapped and
+ * unmapped at once); NULL if it refused. Asked once, at init. */
+void *hak_os_next_map_hint(void);
 /* Zero-filled memory for the allocator's own metadata; never freed. */
 void *hak_os_meta_alloc(size_t size);
 /* A coarse monotonic clock in milliseconds (the vDSO's, no system call;

@@ -129,6 +129,20 @@ struct hak_superslab *hak_ss_acquire(struct hak_heap *owner) {
     return ss;
 }
 
+/* Gives an empty SuperSlab's range back to the OS and its index back to
+ * the pool. Its tags go first: the range may next hold anything (a large
+ * span, a file, a stack), and a tag left in the window would let the free
+ * hit path take a pointer into it for a block. */
+static void ss_unmap(struct hak_superslab *ss) {
+    uint32_t index = ss->index;
+    hak_ss_clear_tags(ss);
+    hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
+    hak_os_unmap(ss, HAK_CHUNK_SIZE);
+    hak_spin_lock(&pool.lock);
+    free_index[nfree_index++] = (uint16_t)index;
+    hak_spin_unlock(&pool.lock);
+}
+
 /* Called with pool.lock held, which it releases: keeps the address range
  * of an empty SuperSlab (reuse costs no mmap) and gives its pages back;
  * past eight times the cache, unmaps it for good. */
@@ -137,12 +151,7 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
     if (unmap) pool.st.unmapped++; else pool.st.purged++;
     hak_spin_unlock(&pool.lock);
     if (unmap) {
-        uint32_t index = ss->index;
-        hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
-        hak_os_unmap(ss, HAK_CHUNK_SIZE);
-        hak_spin_lock(&pool.lock);
-        free_index[nfree_index++] = (uint16_t)index;
-        hak_spin_unlock(&pool.lock);
+        ss_unmap(ss);
         return;
     }
     /* the header's page stays; on a kernel with larger pages, ss +
@@ -383,11 +392,8 @@ size_t hak_ss_pool_release_all(void) {
     for (int l = 0; l < 2; l++) {
         for (struct hak_superslab *ss = lists[l], *next; ss; ss = next, n++) {
             next = ss->next;
-            uint32_t index = ss->index;
-            hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
-            hak_os_unmap(ss, HAK_CHUNK_SIZE);
+            ss_unmap(ss);
             hak_spin_lock(&pool.lock);
-            free_index[nfree_index++] = (uint16_t)index;
             pool.st.unmapped++;
             hak_spin_unlock(&pool.lock);
         }

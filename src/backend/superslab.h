@@ -118,9 +118,16 @@ HAK_INLINE unsigned hak_slab_index(const void *p) {
 }
 /* Class tag of every slab, read by the inline free path: runs are tagged on
  * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
+/* Writes a slab's tag, and its mirror in the tag window (backend/chunk_map.h)
+ * when the window is on and the SuperSlab lies in it. */
+HAK_INLINE void hak_ss_store_tag(const struct hak_superslab *ss, unsigned slab, uint16_t tag) {
+    __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][slab], tag, __ATOMIC_RELAXED);
+    uintptr_t i = ((uintptr_t)ss - hak_tag_window_base) >> HAK_SLAB_SHIFT;
+    if (hak_tag_window_on && i < HAK_TAG_WINDOW_SLABS)
+        __atomic_store_n(&hak_window_tags[i + slab], tag, __ATOMIC_RELAXED);
+}
 HAK_INLINE void hak_ss_set_tag(const struct hak_superslab *ss, unsigned slab, unsigned cls) {
-    __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][slab], (uint16_t)(cls * HAK_TAG_SCALE),
-                     __ATOMIC_RELAXED);
+    hak_ss_store_tag(ss, slab, (uint16_t)(cls * HAK_TAG_SCALE));
 }
 /* Tags every slab of run s for its class, hollow (HAK_TAG_HOLLOW) or not. */
 HAK_INLINE void hak_ss_tag_run(const struct hak_superslab *ss, unsigned first, unsigned n, unsigned cls,
@@ -130,7 +137,7 @@ HAK_INLINE void hak_ss_tag_run(const struct hak_superslab *ss, unsigned first, u
      * read, the block is handled right (a hollow tag only sends it to the
      * full check), but the tag is read and written atomically */
     for (unsigned k = 0; k < n; k++)
-        __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][first + k], tag, __ATOMIC_RELAXED);
+        hak_ss_store_tag(ss, first + k, tag);
 }
 HAK_INLINE void hak_ss_clear_tags(const struct hak_superslab *ss) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) hak_ss_set_tag(ss, i, HAK_CLASS_INVALID);

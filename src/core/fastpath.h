@@ -93,11 +93,12 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
 /* The hit path's test of a pointer: stores p's class tag in *at and
  * returns 1 when p is the start of a block of a single-slab class that is
  * not marked free, that is, a block the program may free or resize.
- * No range check on the entry: every entry value has a tag row, and rows
- * of non-SuperSlab entries (none, large, checked by the safety box) are
- * all HAK_CLASS_INVALID, as are free slabs and the header. That class's
- * check (mul = limit = 0) always fails, so such a pointer gets 0 and is
- * checked on a slow path. */
+ * The tag comes from the tag window (backend/chunk_map.h): pointers
+ * outside it, and every slab not in a run of a SuperSlab whose frees may
+ * skip the safety box (free slabs, the header, large spans, foreign
+ * memory, checked SuperSlabs), have HAK_CLASS_INVALID. That class's check
+ * (mul = limit = 0) always fails, so such a pointer gets 0 and is checked
+ * on a slow path. */
 /* The same test for a pointer whose tag is known. */
 HAK_INLINE int hak_tag_live(const void *p, uintptr_t tag) {
     const struct hak_class_check *check =
@@ -111,9 +112,7 @@ HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {
      * both 16 bytes a class */
     _Static_assert(sizeof(struct hak_class_check) == HAK_TAG_SCALE &&
                    sizeof(struct hak_bin) == HAK_TAG_SCALE, "tag is a bin offset");
-    /* relaxed atomic: a plain load on x86; the tag of a run with hollow
-     * blocks changes while other threads free its blocks */
-    *at = __atomic_load_n(&hak_ss_tags[(uintptr_t)hak_chunk_entry(p)][hak_slab_index(p)], __ATOMIC_RELAXED);
+    *at = hak_window_tag(p);
     return hak_tag_live(p, *at);
 }
 

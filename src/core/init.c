@@ -66,6 +66,8 @@ void hak_init_slow(void) {
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
     hak_cache_limits_init();
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
+    /* a box that checks every free wants no tag on the hit path */
+    hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);
     hak_ss_pool_init();
     pthread_key_create(&thread_key, thread_exit);
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);

@@ -42,6 +42,8 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         "pages of slabs and SuperSlabs that stayed free for this many milliseconds, beyond what a heap had in use at its recent high, are returned with madvise, as are those of freed large spans cached for 16 times that, thread caches untouched that long are emptied, and heaps idle that long lend their free blocks; 0 = memory is returned only when the SuperSlab cache overflows (no clock, no 32 MiB bound on free slabs, no hollow runs, cached large spans keep their pages), caches are not emptied, and heaps do not lend", 0, 0,
         /* times are compared as 32-bit differences (hak_os_clock_ms) */
         INT32_MAX },
+    [HAK_OPT_TAG_WINDOW] = { "tag_window", "HAKMEM_TAG_WINDOW", HAK_OPT_BOOL, { 0 }, "1",
+        "1 = the free hit path finds a block's size class in a table over 64 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
 };
 
 void hak_log(const char *fmt, ...) {

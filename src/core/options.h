@@ -16,6 +16,7 @@ enum hak_option_id {
     HAK_OPT_SS_CACHE,
     HAK_OPT_LARGE_CACHE_MB,
     HAK_OPT_DECAY_MS,
+    HAK_OPT_TAG_WINDOW,
     HAK_OPT_COUNT
 };
 
