@@ -226,6 +226,31 @@ test_aligned_tiny_blocks_fit (void)
     T (free) (live[i]);
 }
 
+/* Every size up to 8 KiB, and mid sizes every 128 bytes to 256 KiB, at
+ * every alignment a class can serve (32 B to 64 KiB): the block is
+ * aligned, holds the request, and is not grossly larger than the request
+ * rounded up to the alignment (the class comes from tables filled at init,
+ * by size in 16-byte steps and then by class; an entry off by a step
+ * hands out a block too small, a wrong row one far too large). A free
+ * block of a class up to twice the size may stand in (size_class.h), so
+ * the bound is loose. */
+static void
+test_every_size_every_alignment (void)
+{
+  for (size_t align = 32; align <= 64 * HT_KiB; align *= 2)
+    for (size_t size = 1; size <= 256 * HT_KiB; size += size < 8 * HT_KiB ? 1 : 128)
+      {
+        void *p = T (aligned_alloc) (align, size);
+        if (!p || (uintptr_t) p % align != 0)
+          g_error ("aligned_alloc(%zu, %zu) = %p", align, size, p);
+        size_t us = T (malloc_usable_size) (p);
+        size_t rounded = (size + align - 1) / align * align;
+        if (us < size || us > 4 * rounded)
+          g_error ("aligned_alloc(%zu, %zu): usable size %zu", align, size, us);
+        T (free) (p);
+      }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -238,6 +263,7 @@ main (int argc, char **argv)
   g_test_add_func ("/align/realloc-aligned", test_aligned_then_realloc);
   g_test_add_func ("/align/many-aligned", test_many_aligned);
   g_test_add_func ("/align/aligned-tiny-blocks-fit", test_aligned_tiny_blocks_fit);
+  g_test_add_func ("/align/every-size-every-alignment", test_every_size_every_alignment);
 
   return g_test_run ();
 }

@@ -240,19 +240,14 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
 static void *alloc_aligned_untracked(size_t align, size_t size) {
     if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
     if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
-        /* Runs and slabs start on 64 KiB boundaries and a block's offset
-         * from one is a multiple of its size, so every block of a class
-         * whose size is a multiple of align is aligned: the smallest such
-         * class that holds size, of malloc's (in size order) and of those
-         * kept for aligned requests. */
-        unsigned best = 0;
-        for (unsigned c = hak_class_of(size); c <= HAK_MID_LAST && !best; c++)
-            if ((hak_class_size[c] & (align - 1)) == 0) best = c;
-        for (unsigned c = HAK_ALIGNED_FIRST; c < HAK_NCLASS; c++)
-            if (hak_class_size[c] >= size && (hak_class_size[c] & (align - 1)) == 0 &&
-                (!best || hak_class_size[c] < hak_class_size[best]))
-                best = c;
-        if (best) return alloc_class(best);
+        unsigned cls = hak_aligned_class(size, align);
+        if (cls) {
+            /* malloc's hit path, on the class the table chose */
+            hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + cls * HAK_TAG_SCALE);
+            void *p = b->head;
+            if (HAK_LIKELY(p != NULL)) return hak_fast_pop(b, p);
+            return alloc_class(cls);
+        }
     }
     return alloc_large(size, align);
 }

@@ -46,8 +46,43 @@ static void bin_tables_init(void) {
     }
 }
 
+unsigned hak_aligned_class_search(size_t size, size_t align) {
+    /* Runs and slabs start on 64 KiB boundaries and a block's offset from
+     * one is a multiple of its size, so every block of a class whose size
+     * is a multiple of align is aligned: the smallest such class that holds
+     * size, of malloc's (in size order) and of those kept for aligned
+     * requests. */
+    unsigned best = 0;
+    for (unsigned c = hak_class_of(size); c <= HAK_MID_LAST && !best; c++)
+        if ((hak_class_size[c] & (align - 1)) == 0) best = c;
+    for (unsigned c = HAK_ALIGNED_FIRST; c < HAK_NCLASS; c++)
+        if (hak_class_size[c] >= size && (hak_class_size[c] & (align - 1)) == 0 &&
+            (!best || hak_class_size[c] < hak_class_size[best]))
+            best = c;
+    return best ? best : HAK_ALIGNED_NONE;
+}
+
+uint8_t hak_aligned_tiny[HAK_ALIGNED_LG_MAX - HAK_ALIGNED_LG_MIN + 1][(HAK_TINY_MAX >> 4) + 1];
+uint8_t hak_aligned_mid[HAK_ALIGNED_LG_MAX - HAK_ALIGNED_LG_MIN + 1][HAK_MID_LAST + 1];
+_Static_assert(HAK_NCLASS < HAK_ALIGNED_NONE, "a class index fits the aligned tables");
+
+/* Every class size is a multiple of 16, so a request and its size rounded
+ * up to 16 get the same answer; above HAK_TINY_MAX the classes kept for
+ * aligned requests are all smaller, so the answer depends only on the
+ * request's class. */
+static void aligned_tables_init(void) {
+    for (unsigned lg = HAK_ALIGNED_LG_MIN; lg <= HAK_ALIGNED_LG_MAX; lg++) {
+        size_t align = (size_t)1 << lg;
+        for (size_t u = 0; u <= HAK_TINY_MAX >> 4; u++)
+            hak_aligned_tiny[lg - HAK_ALIGNED_LG_MIN][u] = (uint8_t)hak_aligned_class_search(u * 16, align);
+        for (unsigned c = HAK_TINY_LAST + 1; c <= HAK_MID_LAST; c++)
+            hak_aligned_mid[lg - HAK_ALIGNED_LG_MIN][c] = (uint8_t)hak_aligned_class_search(hak_class_size[c], align);
+    }
+}
+
 void hak_size_class_init(void) {
     bin_tables_init();
+    aligned_tables_init();
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         uint32_t d = hak_class_size[c];
         unsigned per_slab = hak_ss_per_slab(d);

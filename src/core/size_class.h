@@ -143,6 +143,35 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
     return big > cls && have >= want && have <= 2 * want && (have & (align - 1)) == 0;
 }
 
+/* Aligned requests (memalign and the like) with 16 < align <= 64 KiB and
+ * size <= HAK_SMALL_MAX: the class to serve them from, the smallest that
+ * holds size and whose size is a multiple of align (see alloc_aligned in
+ * core/api.c), looked up in tables filled at init rather than searched on
+ * every call (two scans over the classes cost posix_memalign 1.4x its
+ * time; docs/PERFORMANCE.md, session 20). By log2 of the alignment and,
+ * up to HAK_TINY_MAX, the size in 16-byte steps (the classes kept for
+ * aligned requests fall between malloc's there), above it the size's
+ * class. 0: not filled yet (before init); HAK_ALIGNED_NONE: no class fits,
+ * a large span serves it. */
+#define HAK_ALIGNED_LG_MIN 5u
+#define HAK_ALIGNED_LG_MAX 16u
+#define HAK_ALIGNED_NONE   0xFFu
+HAK_DATA uint8_t hak_aligned_tiny[HAK_ALIGNED_LG_MAX - HAK_ALIGNED_LG_MIN + 1][(HAK_TINY_MAX >> 4) + 1];
+HAK_DATA uint8_t hak_aligned_mid[HAK_ALIGNED_LG_MAX - HAK_ALIGNED_LG_MIN + 1][HAK_MID_LAST + 1];
+/* The same answer by searching (slow paths: before init, and to fill the
+ * tables). 0 when no class fits. */
+unsigned hak_aligned_class_search(size_t size, size_t align);
+
+/* align a power of two in (16, 64 KiB], size <= HAK_SMALL_MAX. */
+HAK_INLINE unsigned hak_aligned_class(size_t size, size_t align) {
+    unsigned row = (unsigned)__builtin_ctzl(align) - HAK_ALIGNED_LG_MIN;
+    unsigned cls = size <= HAK_TINY_MAX
+        ? hak_aligned_tiny[row][(size + 15) >> 4]
+        : hak_aligned_mid[row][hak_mid_bin_of(size) / 16u];
+    if (HAK_UNLIKELY(cls == 0)) cls = hak_aligned_class_search(size, align);
+    return cls == HAK_ALIGNED_NONE ? 0 : cls;
+}
+
 /* Class of any n <= HAK_SMALL_MAX (malloc(0) gets the smallest block). */
 static inline unsigned hak_class_of(size_t n) {
     if (n == 0) return HAK_CLASS_FIRST;
