@@ -575,6 +575,70 @@ test_random_mix_carves_near_live (void)
   g_free (slot);
 }
 
+/* Strings appended to (1-24 bytes at a time), their buffers grown by half
+ * by realloc when full, up to 2 KiB; one append in 64 frees its string
+ * instead. Every growth moves the block to a larger class and leaves the
+ * old one behind. Those above 256 B go back to their runs (core/api.c,
+ * free_moved), where they serve other classes too, not to the thread's
+ * bin, where only a request of their own class would take them: the
+ * resident set grows by about 1.6 times the peak of live capacity here,
+ * 2.7 times when blocks up to 1040 B stayed in the bin. */
+static void
+test_realloc_grown_strings_resident_near_live (void)
+{
+  enum { STRINGS = 10000, STEPS = 4000000, MAX_LEN = 2048 };
+  if (HT_TSAN)
+    {
+      g_test_skip ("ThreadSanitizer's shadow of the strings counts in the resident set");
+      return;
+    }
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  char **str = g_new0 (char *, STRINGS);
+  size_t *len = g_new0 (size_t, STRINGS), *cap = g_new0 (size_t, STRINGS);
+  size_t live = 0, peak = 0;
+  GRand *rng = g_rand_new_with_seed (7);
+  size_t rss_before = ht_rss_bytes ();
+  for (size_t i = 0; i < STEPS; i++)
+    {
+      size_t k = (size_t) g_rand_int_range (rng, 0, STRINGS);
+      size_t add = (size_t) g_rand_int_range (rng, 1, 25);
+      if (len[k] + add + 1 > MAX_LEN || g_rand_int_range (rng, 0, 64) == 0)
+        {
+          T (free) (str[k]);
+          live -= cap[k];
+          str[k] = NULL;
+          len[k] = cap[k] = 0;
+          continue;
+        }
+      if (len[k] + add + 1 > cap[k])
+        {
+          size_t grown = cap[k] ? cap[k] + cap[k] / 2 : 15;
+          while (grown < len[k] + add + 1)
+            grown += grown / 2;
+          g_assert_nonnull (str[k] = T (realloc) (str[k], grown));
+          live = live - cap[k] + grown;
+          cap[k] = grown;
+          peak = live > peak ? live : peak;
+        }
+      memset (str[k] + len[k], 'a', add);
+      len[k] += add;
+    }
+  size_t grown = ht_rss_bytes () - rss_before;
+  g_test_message ("resident set grew by %zu KiB for a peak of %zu KiB live", grown / HT_KiB, peak / HT_KiB);
+  g_assert_cmpuint (grown, <=, peak * 2);
+  for (size_t k = 0; k < STRINGS; k++)
+    T (free) (str[k]);
+  g_rand_free (rng);
+  g_free (cap);
+  g_free (len);
+  g_free (str);
+}
+
 /* A new run goes where there is room in the heap's SuperSlabs before the
  * heap takes another one, however many of them are full or have only a
  * short stretch of free slabs (backend/heap.c keeps those with room in
@@ -748,6 +812,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);
   g_test_add_func ("/sizes/random-mix-carves-near-live", test_random_mix_carves_near_live);
+  g_test_add_func ("/sizes/realloc-grown-strings-resident-near-live", test_realloc_grown_strings_resident_near_live);
   g_test_add_func ("/sizes/runs-fill-short-stretches", test_runs_fill_short_stretches);
   g_test_add_func ("/sizes/run-finds-room-past-misfits", test_run_finds_room_past_misfits);
   g_test_add_func ("/sizes/blocks-start-on-most-lines", test_blocks_start_on_most_lines);

@@ -330,19 +330,23 @@ static void *move_block(void *p, size_t keep, size_t size) {
     return q;
 }
 
-/* The block a realloc moved a small block out of. A mid-size one (above
- * 1040 B) goes straight back to its run, not to the thread's bin: a
- * program growing buffers by realloc leaves each class behind as fast as
- * it enters it, and a bin would keep that class's blocks (and their
- * pages) for that class only, while a run with no block left frees its
- * slabs for any class. The copy just made costs more than the bin miss
- * this may cause later. realloc_grow: peak RSS 57.2 -> 49.6 MiB (glibc
- * 49.5), 2.8% more instructions (callgrind; docs/PERFORMANCE.md). Tiny
- * blocks, which strings grown a few bytes at a time move often and
+/* The block a realloc moved a small block out of. One above 256 B goes
+ * straight back to its run, not to the thread's bin: a program growing
+ * buffers by realloc leaves each class behind as fast as it enters it,
+ * and a bin would keep that class's blocks (and their pages) for that
+ * class only, while a run with no block left frees its slabs for any
+ * class, and a run's free blocks can stand in for smaller classes
+ * (refill_from_larger), a bin's cannot. The copy just made costs more
+ * than the bin miss this may cause later. realloc_grow: peak RSS 57.2 ->
+ * 49.6 MiB (glibc 49.5) for 2.8% more instructions when this began at
+ * 1040 B; 10,000 strings grown by half up to 2 KiB (a session-20 sweep):
+ * 24.2 -> 17.6 MiB (glibc 10.5, mimalloc 15.8) when it moved down to
+ * 256 B, for another 2.8% on realloc_grow (docs/PERFORMANCE.md). Blocks
+ * up to 256 B, which strings grown a few bytes at a time move often and
  * cheaply, keep the bin. */
 static void free_moved(void *p, size_t old) {
     struct hak_tls *t = &hak_tls;
-    if (old <= HAK_TINY_MAX || t->state != 1) {
+    if (old <= HAK_FINE_MAX || t->state != 1) {
         hak_free_inline(p);
         return;
     }
