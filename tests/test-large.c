@@ -180,6 +180,43 @@ test_no_clock_keeps_span (void)
              "(no clock: the cache keeps them)", resident);
 }
 
+/* A program with many large blocks in use frees a few more than
+ * HAKMEM_LARGE_CACHE_MB's 64 MiB of them: the cache, bounded by a quarter
+ * of the bytes in use, keeps them all (their pages too, with no clock),
+ * so that the program's next blocks take them instead of new pages. */
+static void
+test_cache_scales_with_use (void)
+{
+  if (!ht_in_process_with_decay ("0"))
+    return;
+  enum { KEEP = 24, FREED = 6 };
+  const size_t size = 16 * HT_MiB;
+  unsigned char *keep[KEEP], *freed[FREED];
+  for (int i = 0; i < KEEP; i++)
+    {
+      keep[i] = T (malloc) (size);   /* left unwritten: no resident pages */
+      g_assert_nonnull (keep[i]);
+    }
+  HtRange r[FREED];
+  for (int i = 0; i < FREED; i++)
+    {
+      freed[i] = T (malloc) (size);
+      g_assert_nonnull (freed[i]);
+      memset (freed[i], 0x3C, size);
+      r[i].start = (uintptr_t) freed[i];
+      r[i].end = (uintptr_t) freed[i] + size;
+    }
+  for (int i = 0; i < FREED; i++)
+    T (free) (freed[i]);
+  size_t resident = resident_in_union (r, FREED);
+  size_t written = FREED * (size / PAGE);
+  if (resident < written - written / 16)
+    g_error ("%zu of %zu pages of %d freed 16 MiB blocks resident with %d more in use: "
+             "the cache unmapped them", resident, written, FREED, KEEP);
+  for (int i = 0; i < KEEP; i++)
+    T (free) (keep[i]);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -188,5 +225,6 @@ main (int argc, char **argv)
   g_test_add_func ("/large/rest-too-small-is-grown", test_rest_too_small_is_grown);
   g_test_add_func ("/large/idle-span-purged-on-clock", test_idle_span_purged_on_clock);
   g_test_add_func ("/large/no-clock-keeps-span", test_no_clock_keeps_span);
+  g_test_add_func ("/large/cache-scales-with-use", test_cache_scales_with_use);
   return g_test_run ();
 }

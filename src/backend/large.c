@@ -217,18 +217,43 @@ struct hak_large *hak_large_header(const void *p) {
     return h->magic == HAK_LARGE_MAGIC ? h : NULL;
 }
 
-void hak_large_free(struct hak_large *h) {
-    size_t span = h->span;
+/* Unmaps the spans of list (out of the cache, linked by next). */
+static void unmap_list(struct hak_large *list) {
+    while (list) {
+        struct hak_large *next = list->next;
+        size_t s = list->span;
+        hak_chunk_map_clear(list, s);
+        hak_os_unmap(list, s);
+        __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
+        list = next;
+    }
+}
+
+/* Bytes of spans the cache keeps: HAKMEM_LARGE_CACHE_MB, or a quarter of
+ * the bytes of large blocks in use when that is more. A program with
+ * hundreds of MiB in large blocks that it frees, reallocs and allocates
+ * again at random sizes finds no span that fits in a fixed 64 MiB, and
+ * maps (and faults in) new pages while the cache unmaps written ones:
+ * 200 live blocks of 0.25-24 MiB, all written (realloc up and down,
+ * free and malloc), made 1,146k page faults and 2.5 s of system time for
+ * 4,000 operations, glibc 764k and 1.6 s; with a quarter, 800k and 1.7 s
+ * and 1.3 times the throughput, peak RSS 1,570 MiB against 1,421 (glibc
+ * 1,512, tcmalloc 1,585; an eighth: 898k faults, 1,492 MiB).
+ * Spans that stay unused still give their pages back on the clock
+ * (hak_large_decay). */
+static size_t cache_limit(void) {
     size_t limit = (size_t)hak_opt(HAK_OPT_LARGE_CACHE_MB) << 20;
-    uint32_t now = hak_os_clock_ms();
-    __atomic_fetch_sub(&large.st.live_bytes, span, __ATOMIC_RELAXED);
-    __atomic_fetch_sub(&large.st.live_spans, 1, __ATOMIC_RELAXED);
-    h->freed_ms = now;
+    size_t quarter = __atomic_load_n(&large.st.live_bytes, __ATOMIC_RELAXED) / 4;
+    return quarter > limit ? quarter : limit;
+}
+
+/* Caches span h (no block), unmapping the oldest spans over the limit. */
+static void cache_put(struct hak_large *h) {
+    size_t limit = cache_limit();
     struct hak_large *evict = NULL;
     hak_spin_lock(&large.lock);
-    if (span <= limit) {
+    if (h->span <= limit) {
         cache_push_locked(h);   /* a second free of the same block no longer matches */
-        /* over the limit: unmap the oldest spans */
         while (large.cached_bytes > limit) {
             struct hak_large **pp = &large.cache;
             while ((*pp)->next) pp = &(*pp)->next;
@@ -244,14 +269,15 @@ void hak_large_free(struct hak_large *h) {
         evict = h;
     }
     hak_spin_unlock(&large.lock);
-    while (evict) {
-        struct hak_large *next = evict->next;
-        size_t s = evict->span;
-        hak_chunk_map_clear(evict, s);
-        hak_os_unmap(evict, s);
-        __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
-        evict = next;
-    }
+    unmap_list(evict);
+}
+
+void hak_large_free(struct hak_large *h) {
+    uint32_t now = hak_os_clock_ms();
+    __atomic_fetch_sub(&large.st.live_bytes, h->span, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&large.st.live_spans, 1, __ATOMIC_RELAXED);
+    h->freed_ms = now;
+    cache_put(h);
     /* a program that only allocates large blocks never runs a heap's tick */
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     if (period) hak_large_decay(now, period, 1);
@@ -346,18 +372,11 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
 size_t hak_large_release_cache(void) {
     hak_spin_lock(&large.lock);
     struct hak_large *list = large.cache;
+    size_t bytes = large.cached_bytes;
     large.cache = NULL;
     large.cached_bytes = 0;
     hak_spin_unlock(&large.lock);
-    size_t bytes = 0;
-    for (struct hak_large *h = list, *next; h; h = next) {
-        next = h->next;
-        size_t s = h->span;
-        bytes += s;
-        hak_chunk_map_clear(h, s);
-        hak_os_unmap(h, s);
-        __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
-    }
+    unmap_list(list);
     return bytes;
 }
 

@@ -37,7 +37,7 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_SS_CACHE] = { "ss_cache", "HAKMEM_SS_CACHE", HAK_OPT_NUMBER, { 0 }, "8",
         "empty SuperSlabs (2 MiB each) kept ready; beyond that their memory is returned with madvise", 0, 0 },
     [HAK_OPT_LARGE_CACHE_MB] = { "large_cache_mb", "HAKMEM_LARGE_CACHE_MB", HAK_OPT_NUMBER, { 0 }, "64",
-        "MiB of freed large spans kept mapped for reuse (a larger one is cut to size for a smaller block); beyond that they are unmapped", 0, 0 },
+        "MiB of freed large spans kept mapped for reuse (a larger one is cut to size for a smaller block), or a quarter of the bytes of large blocks in use when that is more; beyond that they are unmapped", 0, 0 },
     [HAK_OPT_DECAY_MS] = { "decay_ms", "HAKMEM_DECAY_MS", HAK_OPT_NUMBER, { 0 }, "20",
         "pages of slabs and SuperSlabs that stayed free for this many milliseconds, beyond what a heap had in use at its recent high, are returned with madvise, as are those of freed large spans cached for 16 times that, thread caches untouched that long are emptied, and heaps idle that long lend their free blocks; 0 = memory is returned only when the SuperSlab cache overflows (no clock, no 32 MiB bound on free slabs, no hollow runs, cached large spans keep their pages), caches are not emptied, and heaps do not lend", 0, 0,
         /* times are compared as 32-bit differences (hak_os_clock_ms) */
