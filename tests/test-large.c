@@ -115,6 +115,19 @@ test_smaller_blocks_reuse_freed_span (void)
   check_smaller_after_big (30 * HT_MiB, 6 * HT_MiB + 32, 5, 16);
 }
 
+/* sort -S 30M on another input: 5 MiB (+32 B) buffers. The first four
+ * are cut as 6 MiB spans, with just under 1 MiB written past each block,
+ * which must go back (1,276 pages stayed when it did not). The fifth
+ * takes the 8 MiB rest whole (at most a quarter larger plus a chunk) and
+ * keeps the 256 written pages past its end. */
+static void
+test_smaller_blocks_reuse_freed_span_5m (void)
+{
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  check_smaller_after_big (30 * HT_MiB, 5 * HT_MiB + 32, 6, 256 + 16);
+}
+
 /* sort -S 50M: a 50 MiB buffer, then 17 MiB ones; the third does not
  * fit in what is left of it and takes that rest's pages along. */
 static void
@@ -222,6 +235,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/large/smaller-blocks-reuse-freed-span", test_smaller_blocks_reuse_freed_span);
+  g_test_add_func ("/large/smaller-blocks-reuse-freed-span-5m", test_smaller_blocks_reuse_freed_span_5m);
   g_test_add_func ("/large/rest-too-small-is-grown", test_rest_too_small_is_grown);
   g_test_add_func ("/large/idle-span-purged-on-clock", test_idle_span_purged_on_clock);
   g_test_add_func ("/large/no-clock-keeps-span", test_no_clock_keeps_span);

@@ -15,10 +15,13 @@ _Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits be
  * pages its old block wrote past the new block's end when they come to
  * this much or more. GNU sort -S 30M frees its 30 MiB buffer, then takes
  * five 6 MiB ones: without the cut and this purge its peak RSS was 63,508
- * KiB, glibc's 32,564 (docs/PERFORMANCE.md, session 13). Spans taken
- * whole keep their pages: a first version that purged on every reuse ran
- * random sizes of 0.3-2 MiB at 0.4 of the speed. */
-#define HAK_LARGE_SLACK_MAX ((size_t)1 << 20)
+ * KiB, glibc's 32,564 (docs/PERFORMANCE.md, session 13). On another
+ * input its buffers are 5 MiB + 32 B, which leaves 1,044,480 bytes past
+ * each: at 1 MiB they stayed, 37,864 KiB against 33,892 at 512 KiB
+ * (glibc 32,628; session 20). Spans taken whole keep their pages: a first
+ * version that purged on every reuse ran random sizes of 0.3-2 MiB at 0.4
+ * of the speed. */
+#define HAK_LARGE_SLACK_MAX ((size_t)1 << 19)
 
 static struct {
     hak_spinlock_t lock;
