@@ -1010,6 +1010,65 @@ test_consumer_keeps_few_blocks (void)
   g_test_trap_assert_passed ();
 }
 
+/* A thread that frees blocks of several heaps mixed (a consumer fed by
+ * several producers) sends each batch with one push per owner: its flush
+ * gathers the blocks by owner, where it used to push again at every
+ * change of owner, so blocks of two heaps freed in turn took one push
+ * (and one stretch for the owner's drain) each. */
+enum { MIXED_OWNERS = 2, MIXED_BLOCKS = 4096, MIXED_SIZE = 200 };
+static void *mixed[MIXED_OWNERS][MIXED_BLOCKS];
+static gint mixed_made, mixed_freed;
+
+static void *
+mixed_owner (void *arg)
+{
+  ht_alloc_filled (mixed[(intptr_t) arg], MIXED_BLOCKS, MIXED_SIZE, 0x3c);
+  g_atomic_int_inc (&mixed_made);
+  while (!g_atomic_int_get (&mixed_freed))   /* alive: its heap stays its own */
+    g_usleep (1000);
+  return NULL;
+}
+
+static void *
+mixed_consumer (void *arg)
+{
+  for (int i = 0; i < MIXED_BLOCKS; i++)
+    for (int k = 0; k < MIXED_OWNERS; k++)
+      T (free) (mixed[k][i]);
+  return arg;
+}
+
+static void
+test_consumer_pushes_per_owner (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: every tiny free is a flush of its own"))
+    return;
+  if (g_test_subprocess ())
+    {
+      pthread_t owner[MIXED_OWNERS];
+      for (intptr_t k = 0; k < MIXED_OWNERS; k++)
+        owner[k] = spawn (mixed_owner, (void *) k);
+      while (g_atomic_int_get (&mixed_made) < MIXED_OWNERS)
+        g_usleep (1000);
+      unsigned long long frees = stats_remote_frees ();
+      unsigned long long pushes = ht_stats_number ("hakmem: remote: frees %*u in %llu pushes");
+      join (spawn (mixed_consumer, NULL));   /* its exit sends what its bin kept */
+      frees = stats_remote_frees () - frees;
+      pushes = ht_stats_number ("hakmem: remote: frees %*u in %llu pushes") - pushes;
+      g_atomic_int_set (&mixed_freed, 1);
+      for (int k = 0; k < MIXED_OWNERS; k++)
+        join (owner[k]);
+      g_test_message ("%llu remote frees in %llu pushes", frees, pushes);
+      g_assert_cmpuint (frees, >=, (unsigned long long) MIXED_OWNERS * MIXED_BLOCKS);
+      /* batches of 32 blocks, 16 of each owner: 2 pushes a batch (1 a
+       * block before) */
+      g_assert_cmpuint (pushes, <=, frees / 8);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 /* A refill carves about a page of new blocks at most: blocks carved but
  * never asked for stay resident for nothing. A new thread's 30 blocks of
  * 1000 bytes (then a 1008-byte class, 4 a page) used to carve 44. Only
@@ -1319,6 +1378,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/idle-owner-memory-reused", test_idle_owner_memory_reused);
   g_test_add_func ("/threads/borrowed-double-free", test_borrowed_double_free);
   g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
+  g_test_add_func ("/threads/consumer-pushes-per-owner", test_consumer_pushes_per_owner);
   g_test_add_func ("/threads/orphan-inbox-collected", test_orphan_inbox_collected);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);

@@ -44,7 +44,12 @@ static inline void run_put_noting(struct hak_heap *h, struct hak_superslab *ss, 
     if (r) hak_heap_hollow_consider(h, r);
 }
 
-/* ---- refill / flush / remote ------------------------------------------- */
+void hak_heap_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first, void *last,
+                      unsigned n, int keep_empty, size_t size) {
+    run_put_noting(h, ss, s, first, last, n, keep_empty, size);
+}
+
+/* ---- refill / flush ----------------------------------------------------- */
 
 /* Moves the first `want` blocks (or fewer) of run s's free list onto the
  * bin; s must have some. Returns how many. */
@@ -280,23 +285,6 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
     return hak_heap_refill(h, cls, &one, 1, 1) ? one.head : NULL;
 }
 
-void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last) {
-    void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
-    do {
-        hak_link_set(last, old);
-    } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &old, first,
-                                                    memory_order_seq_cst, memory_order_relaxed));
-}
-
-/* 1 if owner had no thread when the blocks just pushed to its inbox got
- * there. The push and this load are sequentially consistent, as are
- * hak_heap_abandon's store of the flag and its drain's exchange: either
- * this load sees the flag, or that drain sees the push. (On x86 these are
- * the instructions a weaker order would use: no fence.) */
-static int pushed_to_orphan(struct hak_heap *owner) {
-    return atomic_load_explicit(&owner->orphaned, memory_order_seq_cst) != 0;
-}
-
 /* A flush hands a bin's blocks back to their runs a slab at a time: the
  * blocks of one slab that come one after the other in the bin (a program
  * frees in the order it allocated, or a bin refilled from one run) are
@@ -305,7 +293,7 @@ static int pushed_to_orphan(struct hak_heap *owner) {
  * slab (a flush of 64-byte blocks freed in a row: 82 -> 18 instructions
  * a block, callgrind, with the block-start check it no longer repeats).
  * Blocks of SuperSlabs other heaps own go to those heaps' inboxes, one
- * push for each stretch of blocks with the same owner. */
+ * push an owner (hak_send_add, heap_remote.c). */
 struct flush_run {
     uintptr_t slab;   /* address >> HAK_SLAB_SHIFT of the chained blocks; 0: none */
     struct hak_superslab *ss;
@@ -322,8 +310,9 @@ HAK_INLINE void flush_run_put(struct hak_heap *h, const struct flush_run *run, i
 }
 
 static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
-    struct hak_heap *chain_owner = NULL;
-    void *chain_first = NULL, *chain_last = NULL;
+    struct hak_send send;
+    send.used = send.evict = 0;
+    send.last = NULL;
     struct flush_run run = { 0 };
     /* a bin's blocks are of its class's size, but for a larger class's
      * blocks a refill lent it: dropped_bytes is an estimate anyway */
@@ -342,6 +331,11 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
             run.n++;
             continue;
         }
+        if (send.last && slab == send.last->slab) {   /* the last remote block's slab */
+            hak_send_prepend(&send, send.last, p);
+            h->st.remote_blocks++;
+            continue;
+        }
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_heap *owner = hak_ss_owner(ss);
         if (owner == h) {
@@ -349,78 +343,17 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
             run = (struct flush_run){ .slab = slab, .ss = ss, .first = p, .last = p, .n = 1 };
             continue;
         }
-        if (owner != chain_owner && chain_first) {
-            hak_heap_remote_push(chain_owner, chain_first, chain_last);
-            h->st.remote_pushes++;
-            h->fed_orphans |= (uint8_t)pushed_to_orphan(chain_owner);
-            chain_first = NULL;
-        }
-        if (!chain_first) { chain_owner = owner; chain_first = p; }
-        else hak_link_set(chain_last, p);
-        chain_last = p;
+        hak_send_add(h, &send, p, slab, owner);
         h->st.remote_blocks++;
     }
     flush_run_put(h, &run, keep_empty, size);
-    if (chain_first) {
-        hak_heap_remote_push(chain_owner, chain_first, chain_last);
-        h->st.remote_pushes++;
-        h->fed_orphans |= (uint8_t)pushed_to_orphan(chain_owner);
-    }
+    if (send.used) hak_send_all(h, &send);
 }
 
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
     hak_spin_lock(&h->lock);
     flush(h, bin, n, keep_empty);
     hak_spin_unlock(&h->lock);
-}
-
-void hak_heap_free_remote(void *p) {
-    hak_heap_remote_push(hak_ss_owner(hak_ss_of(p)), p, p);
-}
-
-void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
-    void *p = atomic_exchange_explicit(&h->inbox, NULL, memory_order_seq_cst);   /* see pushed_to_orphan */
-    if (!p) return;
-    h->st.inbox_drains++;
-    uint64_t classes[(HAK_NCLASS + 63) / 64] = { 0 };
-    while (p) {
-        void *next = hak_link_get(p);
-        struct hak_superslab *ss = hak_ss_of(p);
-        struct hak_heap *owner = hak_ss_owner(ss);
-        if (HAK_LIKELY(owner == h)) {
-            unsigned cls = hak_slab_of(ss, p)->cls;
-            classes[cls / 64] |= (uint64_t)1 << (cls % 64);
-            run_put_noting(h, ss, hak_slab_of(ss, p), p, p, 1, keep_empty, hak_class_size[cls]);
-        } else {
-            hak_heap_remote_push(owner, p, p);   /* its SuperSlab moved to another heap (ss_move) */
-        }
-        h->st.inbox_blocks++;
-        p = next;
-    }
-    for (unsigned w = 0; w < (HAK_NCLASS + 63) / 64; w++)
-        if (classes[w]) atomic_fetch_or_explicit(&h->lendable[w], classes[w], memory_order_relaxed);
-}
-
-int hak_heap_holds_free(struct hak_heap *h, const void *p) {
-    struct hak_superslab *ss = hak_ss_of(p);
-    int found = 0;
-    hak_spin_lock(&h->lock);
-    if (hak_ss_owner(ss) == h) {
-        struct hak_slab *s = hak_slab_of(ss, p);
-        uint32_t n = 0;
-        for (void *q = s->free; q && n < s->nfree && !found; q = hak_link_get(q), n++)
-            found = q == p;
-        if (s->nhollow && hak_slab_holds_hollow(s, p)) found = 1;
-    }
-    /* blocks other threads sent back: pushers only add at the head, and
-     * whoever unlinks them (a drain, the owner's or a borrower's) holds
-     * the lock, so the walk stays on blocks that are still in there */
-    unsigned n = 0;
-    for (void *q = atomic_load_explicit(&h->inbox, memory_order_acquire); q && n < 65536 && !found;
-         q = hak_link_get(q), n++)
-        found = q == p;
-    hak_spin_unlock(&h->lock);
-    return found;
 }
 
 size_t hak_heap_bytes_out(struct hak_heap *h) {

@@ -7,6 +7,7 @@
 #define HAK_HEAP_INT_H
 
 #include "backend/heap.h"
+#include "core/track.h"
 
 /* Every heap ever made, and the queue of abandoned ones (adopted from the
  * head), under lock. The queue's head is written atomically: refill peeks
@@ -43,13 +44,47 @@ struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls);
 struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls);
 
 /* heap.c; the caller holds h's lock */
-/* Puts the blocks other threads sent to h back on its runs (those of
- * SuperSlabs that moved on go to their new owner); keep_empty: see slab_put. */
-void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);
 /* Free blocks of h's runs of class cls onto the bin (0 if none). */
 unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
-/* Pushes the chain first..last onto owner's inbox: one CAS, any thread. */
+/* Gives n blocks of run s (of SuperSlab ss), chained first..last, back to
+ * it; keep_empty: see run_put in heap.c; size: the run's block size. */
+void hak_heap_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first, void *last,
+                      unsigned n, int keep_empty, size_t size);
+
+/* heap_remote.c: inboxes (the format of what they hold is described there) */
+/* Puts the blocks other threads sent to h back on its runs (those of
+ * SuperSlabs that moved on go to their new owner); keep_empty: see run_put.
+ * The caller holds h's lock. */
+void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);
+/* Pushes first..last, whole stretches, onto owner's inbox: one CAS, any thread. */
 void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last);
+/* A flush's blocks for other heaps, gathered by owner (up to
+ * HAK_SEND_OWNERS at a time) into stretches of one slab each, then sent
+ * with one push an owner: a consumer's bin holds blocks of several
+ * producers' heaps mixed, and a push for each change of owner made
+ * stretches of one or two blocks. */
+#define HAK_SEND_OWNERS 4u
+struct hak_send_chain {
+    struct hak_heap *owner;
+    void *first, *last;   /* closed stretches, chained */
+    void *head, *tail;    /* the open stretch */
+    uintptr_t slab;       /* its slab (address >> HAK_SLAB_SHIFT) */
+    unsigned n;           /* its blocks */
+};
+struct hak_send {
+    struct hak_send_chain c[HAK_SEND_OWNERS];
+    unsigned used, evict;
+    struct hak_send_chain *last;   /* the chain the last block joined */
+};
+/* p (slab: its slab) joins c's open stretch: same slab, same owner */
+static inline void hak_send_prepend(struct hak_send *sd, struct hak_send_chain *c, void *p) {
+    hak_link_set(p, c->head);
+    c->head = p;
+    c->n++;
+    sd->last = c;
+}
+void hak_send_add(struct hak_heap *h, struct hak_send *sd, void *p, uintptr_t slab, struct hak_heap *owner);
+void hak_send_all(struct hak_heap *h, struct hak_send *sd);
 
 /* heap_idle.c */
 void hak_heap_decay(struct hak_heap *h);          /* on h's misses, under its lock */

@@ -43,6 +43,15 @@ HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) {
     *mark = value;
     VALGRIND_MAKE_MEM_NOACCESS(mark, sizeof *mark);
 }
+/* a word of hakmem's own in a free block other than its link (the
+ * chain word of backend/heap_remote.c), read and written like the link */
+HAK_INLINE uint32_t hak_word_get(uint32_t *w) {
+    VALGRIND_MAKE_MEM_DEFINED(w, sizeof *w);
+    uint32_t v = *w;
+    VALGRIND_MAKE_MEM_NOACCESS(w, sizeof *w);
+    return v;
+}
+HAK_INLINE void hak_word_put(uint32_t *w, uint32_t v) { hak_mark_put(w, v); }
 HAK_INLINE void *hak_link_get(void *blk) {
     VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(void *));
     void *next = *(void **)blk;
@@ -65,6 +74,8 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 HAK_INLINE void hak_mark_clear(uint32_t *mark) { *mark = 0; }
 HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) { *mark = value; }
 HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) { return *mark; }
+HAK_INLINE uint32_t hak_word_get(uint32_t *w) { return *w; }
+HAK_INLINE void hak_word_put(uint32_t *w, uint32_t v) { *w = v; }
 HAK_INLINE void *hak_link_get(void *blk) { return *(void **)blk; }
 HAK_INLINE void hak_link_set(void *blk, void *next) { *(void **)blk = next; }
 #endif
