@@ -116,10 +116,10 @@ static inline void hak_ss_set_owner(struct hak_superslab *ss, struct hak_heap *h
 HAK_INLINE unsigned hak_slab_index(const void *p) {
     return (unsigned)(((uintptr_t)p >> HAK_SLAB_SHIFT) & (HAK_SLABS_PER_SS - 1));
 }
-/* Class tag of every slab, read by the inline free path: runs are tagged on
- * every slab they cover; free slabs and slab 0 are HAK_CLASS_INVALID. */
-/* Writes a slab's tag, and its mirror in the tag window (backend/chunk_map.h)
- * when the window is on and the SuperSlab lies in it. */
+/* Class tag of every slab, read by the inline free path (from its mirror in
+ * the tag window, backend/chunk_map.h, when the window is on and the
+ * SuperSlab lies in it): runs are tagged on every slab they cover; free
+ * slabs and slab 0 are HAK_CLASS_INVALID. */
 HAK_INLINE void hak_ss_store_tag(const struct hak_superslab *ss, unsigned slab, uint16_t tag) {
     __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][slab], tag, __ATOMIC_RELAXED);
     uintptr_t i = ((uintptr_t)ss - hak_tag_window_base) >> HAK_SLAB_SHIFT;
