@@ -341,6 +341,62 @@ test_current_run_stands_in (void)
     T (free) (small[i]);
 }
 
+/* Between 256 B and 1 KiB malloc's classes serve no aligned request (the
+ * quarters kept for those do), so a larger class's free blocks stand in
+ * for them whatever their alignment: free 400-byte blocks (16-aligned) for
+ * 320 bytes (a 64-byte multiple), which took only 64-aligned classes
+ * before and so made a run of its own here. Aligned requests of those
+ * sizes still get aligned blocks of the quarters. Fresh process: the
+ * 320-byte class has no run. */
+static void
+test_unaligned_class_stands_in_above_256 (void)
+{
+  enum { BIG = 400, SMALL = 64 };   /* 400 blocks of 400 B: 3 runs */
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  void *big[BIG], *small[SMALL], *aligned[SMALL];
+  for (size_t i = 0; i < BIG; i++)
+    {
+      big[i] = T (malloc) (400);
+      g_assert_nonnull (big[i]);
+    }
+  for (size_t i = 0; i < BIG; i += 2)
+    {
+      T (free) (big[i]);
+      big[i] = NULL;
+    }
+  size_t stand_ins = 0;
+  for (size_t i = 0; i < SMALL; i++)
+    {
+      small[i] = T (malloc) (320);
+      g_assert_nonnull (small[i]);
+      size_t us = T (malloc_usable_size) (small[i]);
+      if (us != 320 && us != 400)
+        g_error ("malloc(320): usable size %zu, expected 320 or a free 400-byte block", us);
+      stand_ins += us == 400;
+      memset (small[i], 0x6B, us);
+    }
+  if (!stand_ins)
+    g_error ("no free 400-byte block stood in for 320 bytes: a new run was made");
+  for (size_t i = 0; i < SMALL; i++)
+    {
+      g_assert_cmpint (T (posix_memalign) (&aligned[i], 64, 320), ==, 0);
+      g_assert_cmpuint ((uintptr_t) aligned[i] % 64, ==, 0);
+      g_assert_cmpuint (T (malloc_usable_size) (aligned[i]), ==, 320);
+    }
+  for (size_t i = 0; i < SMALL; i++)
+    {
+      T (free) (small[i]);
+      T (free) (aligned[i]);
+    }
+  for (size_t i = 0; i < BIG; i++)
+    T (free) (big[i]);
+}
+
 /* A double free of a block that a smaller class took over while it was
  * free (so it sits in that class's bin) is still caught and ignored: no
  * block is ever handed out twice. Fresh process, HAKMEM_ON_ERROR=warn. */
@@ -808,6 +864,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sizes/larger-class-stands-in", test_larger_class_stands_in);
   g_test_add_func ("/sizes/stand-in-double-free", test_stand_in_double_free);
   g_test_add_func ("/sizes/current-run-stands-in", test_current_run_stands_in);
+  g_test_add_func ("/sizes/unaligned-class-stands-in-above-256", test_unaligned_class_stands_in_above_256);
   g_test_add_func ("/sizes/bin-block-stands-in", test_bin_block_stands_in);
   g_test_add_func ("/sizes/large", test_large_sizes);
   g_test_add_func ("/sizes/many-live-per-class", test_many_live_per_class);

@@ -16,7 +16,7 @@ const uint32_t hak_class_size[HAK_NCLASS] = {
     HAK_MID_STEPS(1024u), HAK_MID_STEPS(2048u), HAK_MID_STEPS(4096u), HAK_MID_STEPS(8192u),
     HAK_MID_STEPS(16384u), HAK_MID_STEPS(32768u), HAK_MID_STEPS(65536u), HAK_MID_STEPS(131072u),
     /* for aligned requests only (size_class.h) */
-    384u, 512u, 640u, 768u, 896u, 1024u,
+    320u, 384u, 448u, 512u, 640u, 768u, 896u, 1024u,
 };
 #undef HAK_MID_STEPS
 #undef HAK_QUARTERS
@@ -51,10 +51,12 @@ unsigned hak_aligned_class_search(size_t size, size_t align) {
      * one is a multiple of its size, so every block of a class whose size
      * is a multiple of align is aligned: the smallest such class that holds
      * size, of malloc's (in size order) and of those kept for aligned
-     * requests. */
+     * requests. Not malloc's classes between 256 B and 1 KiB: larger
+     * classes' blocks, not aligned like theirs, stand in for them
+     * (hak_class_stands_in). */
     unsigned best = 0;
     for (unsigned c = hak_class_of(size); c <= HAK_MID_LAST && !best; c++)
-        if ((hak_class_size[c] & (align - 1)) == 0) best = c;
+        if ((hak_class_size[c] & (align - 1)) == 0 && (c <= HAK_FINE_LAST || c > HAK_TINY_LAST)) best = c;
     for (unsigned c = HAK_ALIGNED_FIRST; c < HAK_NCLASS; c++)
         if (hak_class_size[c] >= size && (hak_class_size[c] & (align - 1)) == 0 &&
             (!best || hak_class_size[c] < hak_class_size[best]))

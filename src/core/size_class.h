@@ -17,10 +17,9 @@
  * 528: 55). random_mixed: 3-4% faster, the speed an unsafe prototype with
  * per-run colors had (docs/PERFORMANCE.md, session 16). The cost: those
  * classes' blocks are 16- or 32-aligned, not naturally aligned, so
- * memalign above that takes a class whose size is a multiple of the
- * alignment (320 or 448 for 64 bytes, also 672 or 928 for 32, or one of
- * the quarters kept for aligned requests, HAK_ALIGNED_FIRST), and a
- * request of exactly 512 or 1024 bytes gets 16 bytes more. Few classes above 256 B because each class
+ * aligned requests from 257 B to 1 KiB take the quarters kept for them
+ * (HAK_ALIGNED_FIRST), and a request of exactly 512 or 1024 bytes gets
+ * 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
  * number of classes (docs/PERFORMANCE.md, session 8). The extra class an
@@ -46,15 +45,18 @@
 #define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
 #define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1040 B */
 #define HAK_MID_LAST      64u                   /* classes 25..64: 1152 B..256 KiB */
-/* Classes 65..70: 384, 512, 640, 768, 896 and 1024 B, the quarters the
- * classes above 256 B sit past. Only aligned requests (memalign and the
- * like, alignment 32 B and up) take them: those need a class whose size is
- * a multiple of the alignment, and without these, aligned_alloc(64, 512)
- * took a 1,152-byte block and memalign(512, 300) a 1,536-byte one (2-3x
- * glibc's peak RSS on a program made of such blocks; C++ gets them for
- * every alignas(64) object). malloc's tables never lead to them. */
+/* Classes 65..72: 320, 384, 448, 512, 640, 768, 896 and 1024 B, the
+ * quarters from 256 B to 1 KiB. Aligned requests (memalign and the like,
+ * alignment 32 B and up) of 257 B to 1 KiB take them, and only those:
+ * they need a class whose size is a multiple of the alignment, and
+ * without these, aligned_alloc(64, 512) took a 1,152-byte block and
+ * memalign(512, 300) a 1,536-byte one (2-3x glibc's peak RSS on a program
+ * made of such blocks; C++ gets them for every alignas(64) object).
+ * malloc's tables never lead to them, and aligned requests never take
+ * malloc's classes 17..24: so those need only 16-byte alignment, and any
+ * larger class's free blocks may stand in for them (hak_class_stands_in). */
 #define HAK_ALIGNED_FIRST 65u
-#define HAK_NCLASS        71u                   /* 0, 24 tiny, 40 mid, 6 tiny for aligned requests */
+#define HAK_NCLASS        73u                   /* 0, 24 tiny, 40 mid, 8 tiny for aligned requests */
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
@@ -132,12 +134,17 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
 
 /* 1 when free blocks of class `big` may be handed out for class cls (see
  * refill_from_larger in backend/heap.c): at most twice the size, and
- * aligned at least as well (a class's blocks are aligned to the largest
- * power of two dividing its size, up to a slab, which memalign relies on;
- * see alloc_aligned in core/api.c). */
+ * aligned at least as well as an aligned request taking cls needs (a
+ * class's blocks are aligned to the largest power of two dividing its
+ * size, up to a slab, which memalign relies on; see alloc_aligned in
+ * core/api.c). malloc's classes between 256 B and 1 KiB serve no aligned
+ * request, so any class up to twice their size stands in for them: a
+ * 400-byte block for a 320-byte one, a 528-byte one for 448. Allowed only
+ * larger classes 64-aligned for 320 and 448 and 32-aligned for 672 and
+ * 928, random_mixed's peak was 6,808 KB (6,672 since; glibc 6,040). */
 static inline int hak_class_stands_in(unsigned big, unsigned cls) {
     uint32_t want = hak_class_size[cls], have = hak_class_size[big];
-    uint32_t align = want & -want;
+    uint32_t align = cls > HAK_FINE_LAST && cls <= HAK_TINY_LAST ? HAK_ALIGNMENT : want & -want;
     /* by size, not index: the classes kept for aligned requests come after
      * the mid ones but are smaller */
     return big > cls && have >= want && have <= 2 * want && (have & (align - 1)) == 0;
