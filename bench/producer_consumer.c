@@ -24,6 +24,7 @@ struct ring {
     uint64_t items, seed;
     size_t size_min, size_max;
     uint64_t bad;
+    uint64_t fill_sum; /* blocks in the ring at each push, summed (producer only) */
 };
 
 static bench_barrier start_line;
@@ -72,6 +73,7 @@ static BENCH_NOINLINE void *bench_timed_producer(void *arg)
     bench_rng_seed(&rng, r->seed);
     bench_wait_start();
     size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t fill_sum = 0;
     for (uint64_t n = 0; n < r->items; n++) {
         size_t size = bench_rng_range(&rng, r->size_min, r->size_max);
         unsigned char *p = malloc(size);
@@ -85,11 +87,14 @@ static BENCH_NOINLINE void *bench_timed_producer(void *arg)
             p[i] = pattern_byte(seq, i);
         if (size > 8)
             p[size - 1] = (unsigned char)(seq ^ 0xA5u);
-        if (tail - atomic_load_explicit(&r->head, memory_order_acquire) >= RING_SIZE)
+        size_t in_ring = tail - atomic_load_explicit(&r->head, memory_order_acquire);
+        fill_sum += in_ring < RING_SIZE ? in_ring : RING_SIZE;
+        if (in_ring >= RING_SIZE)
             bench_wait_for_space(r, tail);
         r->slot[tail & (RING_SIZE - 1)] = p;
         atomic_store_explicit(&r->tail, ++tail, memory_order_release);
     }
+    r->fill_sum = fill_sum;
     return finish();
 }
 
@@ -155,15 +160,21 @@ int main(int argc, char **argv)
         bench_thread_start(bench_timed_consumer, rings[i]);
     }
     bench_poll_until(&finished, (unsigned)(2 * pairs));
-    uint64_t bad = 0;
-    for (uint64_t i = 0; i < pairs; i++)
+    uint64_t bad = 0, fill_sum = 0;
+    for (uint64_t i = 0; i < pairs; i++) {
         bad += rings[i]->bad;
+        fill_sum += rings[i]->fill_sum;
+    }
+    /* How full the rings ran: the blocks in flight, which the peak RSS
+     * follows (a producer that outruns its consumer keeps RING_SIZE blocks
+     * live; one that falls behind, few). */
+    double ring_fill = 100.0 * (double)fill_sum / ((double)(pairs * items) * RING_SIZE);
     for (uint64_t i = 0; i < pairs; i++)
         free(rings[i]);
     free(rings);
     bench_report("producer_consumer", pairs * items, atomic_load(&t_end) - t_start,
-                 " pairs=%llu size=%zu-%zu verify_errors=%llu", (unsigned long long)pairs,
-                 size_min, size_max, (unsigned long long)bad);
+                 " pairs=%llu size=%zu-%zu verify_errors=%llu ring_fill_pct=%.1f",
+                 (unsigned long long)pairs, size_min, size_max, (unsigned long long)bad, ring_fill);
     if (bad) {
         fprintf(stderr, "producer_consumer: %llu payload verification errors\n",
                 (unsigned long long)bad);

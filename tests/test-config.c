@@ -336,6 +336,35 @@ test_decay_ms_range (void)
   child_clear (&c);
 }
 
+/* A number option takes decimal digits and nothing else; anything else,
+ * or a value past what a long holds, is refused with a warning naming the
+ * variable, and the default stays. Leading zeros are fine. */
+static void
+test_number_values (void)
+{
+  static const char *refused[] = { "HAKMEM_SS_CACHE=12x", "HAKMEM_SS_CACHE=-1",
+                                   "HAKMEM_SS_CACHE=", "HAKMEM_SS_CACHE= 8",
+                                   "HAKMEM_SS_CACHE=99999999999999999999999" };
+  for (gsize i = 0; i < G_N_ELEMENTS (refused); i++)
+    {
+      const char *env[] = { "HAKMEM_VERBOSE=1", refused[i], NULL };
+      Child c;
+      run_child (&c, "smoke", env);
+      assert_exit_ok (&c);
+      assert_option (&c, "ss_cache", "8", "default");
+      if (count_lines (&c, refused[i]) != 1)
+        g_error ("%s: expected one warning naming it, got:\n%s", refused[i], c.err);
+      child_clear (&c);
+    }
+  const char *padded[] = { "HAKMEM_VERBOSE=1", "HAKMEM_SS_CACHE=0012", NULL };
+  Child c;
+  run_child (&c, "smoke", padded);
+  assert_exit_ok (&c);
+  assert_option (&c, "ss_cache", "12", "env");
+  assert_no_warning (&c);
+  child_clear (&c);
+}
+
 static void
 test_stats (void)
 {
@@ -435,6 +464,7 @@ main (int argc, char **argv)
   g_test_add_data_func ("/config/bogus/safety", &safety_bogus, test_bogus);
   g_test_add_func ("/config/bogus/both", test_two_bogus);
   g_test_add_func ("/config/decay-ms-range", test_decay_ms_range);
+  g_test_add_func ("/config/number-values", test_number_values);
   g_test_add_func ("/config/stats", test_stats);
   g_test_add_func ("/config/print-config", test_print_config);
   g_test_add_func ("/config/combinations", test_combinations);

@@ -1,5 +1,6 @@
 #include "core/options.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,9 +71,16 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
         if (!strcmp(text, "0") || !strcmp(text, "no") || !strcmp(text, "false") || !strcmp(text, "off") || !*text) { *out = 0; return 1; }
         return 0;
     case HAK_OPT_NUMBER: {
-        char *end;
-        long v = strtol(text, &end, 10);
-        if (end == text || *end || v < 0 || (opt->max && v > opt->max)) return 0;
+        /* decimal digits only, by hand: strtol reads the locale's
+         * character tables, and that alone made every program that loads
+         * hakmem 64-128 KiB larger (the pages of libc it touches) */
+        const char *d = text;
+        long v = 0;
+        for (; *d >= '0' && *d <= '9'; d++) {
+            if (v > (LONG_MAX - 9) / 10) return 0;
+            v = v * 10 + (*d - '0');
+        }
+        if (d == text || *d || (opt->max && v > opt->max)) return 0;
         *out = v;
         return 1;
     }
