@@ -243,9 +243,8 @@ static void *alloc_aligned_untracked(size_t align, size_t size) {
         unsigned cls = hak_aligned_class(size, align);
         if (cls) {
             /* malloc's hit path, on the class the table chose */
-            hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + cls * HAK_TAG_SCALE);
-            void *p = b->head;
-            if (HAK_LIKELY(p != NULL)) return hak_fast_pop(b, p);
+            void *p = hak_fast_take(hak_fast_bin_at(cls * HAK_TAG_SCALE));
+            if (HAK_LIKELY(p != NULL)) return p;
             return alloc_class(cls);
         }
     }

@@ -76,17 +76,29 @@ HAK_INLINE int hak_fast_take_room(hak_fast_bin *b) {
     return 1;
 }
 
+/* The bin at byte offset `at` (a class times HAK_TAG_SCALE) of the
+ * thread's bins. */
+HAK_INLINE hak_fast_bin *hak_fast_bin_at(uintptr_t at) {
+    return (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
+}
+
+/* malloc's hit: the head of bin b, popped, or NULL when b is empty. */
+HAK_INLINE void *hak_fast_take(hak_fast_bin *b) {
+    void *p = b->head;
+    return HAK_LIKELY(p != NULL) ? hak_fast_pop(b, p) : NULL;
+}
+
 HAK_INLINE void *hak_alloc_inline(size_t size) {
     hak_fast_bin *b;
     if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
-        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + hak_tiny_bin_of(size));   /* 0 -> empty bin 0 */
+        b = hak_fast_bin_at(hak_tiny_bin_of(size));   /* 0 -> empty bin 0 */
     } else if (size <= HAK_SMALL_MAX) {
-        b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + hak_mid_bin_of(size));   /* Pool TLS bins */
+        b = hak_fast_bin_at(hak_mid_bin_of(size));    /* Pool TLS bins */
     } else {
         return hak_alloc_slow(size);
     }
-    void *p = b->head;
-    if (HAK_LIKELY(p != NULL)) return hak_fast_pop(b, p);
+    void *p = hak_fast_take(b);
+    if (HAK_LIKELY(p != NULL)) return p;
     return hak_alloc_slow(size);
 }
 
@@ -119,7 +131,7 @@ HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {
 HAK_INLINE void hak_free_inline(void *p) {
     uintptr_t at;
     int live = hak_live_block(p, &at);
-    hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
+    hak_fast_bin *b = hak_fast_bin_at(at);
     if (HAK_LIKELY(live && hak_fast_take_room(b))) {
         hak_block_freed(p);
         hak_link_set(p, b->head);
