@@ -150,13 +150,11 @@ HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
         unsigned e = hak_chunk_entry(p), slab = hak_slab_index(p);
         uint64_t off = ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) +
                        ((uint64_t)hak_ss_runpos[e][slab] << HAK_SLAB_SHIFT);
-        hak_fast_bin *b = (hak_fast_bin *)((uintptr_t)hak_fast_bins() + tag);
+        hak_fast_bin *b = hak_fast_bin_at(tag);
         const struct hak_class_check *run = &hak_class_run_check[tag / HAK_TAG_SCALE];
         if (off * run->mul < run->limit && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK &&
             hak_fast_take_room(b)) {
-            hak_block_freed(p);
-            hak_link_set(p, b->head);
-            b->head = p;
+            hak_fast_push(b, p);
             return;
         }
     }

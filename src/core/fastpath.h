@@ -82,6 +82,13 @@ HAK_INLINE hak_fast_bin *hak_fast_bin_at(uintptr_t at) {
     return (hak_fast_bin *)((uintptr_t)hak_fast_bins() + at);
 }
 
+/* free's hit, once hak_fast_take_room said b has room for p. */
+HAK_INLINE void hak_fast_push(hak_fast_bin *b, void *p) {
+    hak_block_freed(p);
+    hak_link_set(p, b->head);
+    b->head = p;
+}
+
 /* malloc's hit: the head of bin b, popped, or NULL when b is empty. */
 HAK_INLINE void *hak_fast_take(hak_fast_bin *b) {
     void *p = b->head;
@@ -133,9 +140,7 @@ HAK_INLINE void hak_free_inline(void *p) {
     int live = hak_live_block(p, &at);
     hak_fast_bin *b = hak_fast_bin_at(at);
     if (HAK_LIKELY(live && hak_fast_take_room(b))) {
-        hak_block_freed(p);
-        hak_link_set(p, b->head);
-        b->head = p;
+        hak_fast_push(b, p);
         return;
     }
     hak_free_miss(p, at);   /* classes above 64 KiB, or a miss */
