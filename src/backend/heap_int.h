@@ -56,8 +56,6 @@ void hak_heap_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_s
  * SuperSlabs that moved on go to their new owner); keep_empty: see run_put.
  * The caller holds h's lock. */
 void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);
-/* Pushes first..last, whole stretches, onto owner's inbox: one CAS, any thread. */
-void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last);
 /* A flush's blocks for other heaps, gathered by owner (up to
  * HAK_SEND_OWNERS at a time) into stretches of one slab each, then sent
  * with one push an owner: a consumer's bin holds blocks of several

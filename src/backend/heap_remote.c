@@ -23,7 +23,8 @@ _Static_assert(HAK_SLAB_SIZE <= 65536 && HAK_SLAB_SIZE / 16 < 65536,
 
 static inline uint32_t *chain_word(void *p) { return (uint32_t *)p + 3; }
 
-void hak_heap_remote_push(struct hak_heap *owner, void *first, void *last) {
+/* Pushes first..last, whole stretches, onto owner's inbox: one CAS, any thread. */
+static void remote_push(struct hak_heap *owner, void *first, void *last) {
     void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
     do {
         hak_link_set(last, old);
@@ -42,7 +43,7 @@ static int pushed_to_orphan(struct hak_heap *owner) {
 
 void hak_heap_free_remote(void *p) {
     hak_word_put(chain_word(p), 1u << 16 | (uint32_t)((uintptr_t)p & SLAB_MASK));
-    hak_heap_remote_push(hak_ss_owner(hak_ss_of(p)), p, p);
+    remote_push(hak_ss_owner(hak_ss_of(p)), p, p);
 }
 
 /* ---- a flush's blocks for other heaps ---------------------------------- */
@@ -59,7 +60,7 @@ static void stretch_close(struct hak_send_chain *c) {
 
 static void chain_send(struct hak_heap *h, struct hak_send_chain *c) {
     if (c->n) stretch_close(c);
-    hak_heap_remote_push(c->owner, c->first, c->last);
+    remote_push(c->owner, c->first, c->last);
     h->st.remote_pushes++;
     h->fed_orphans |= (uint8_t)pushed_to_orphan(c->owner);
     c->first = NULL;
@@ -117,7 +118,7 @@ void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
             classes[cls / 64] |= (uint64_t)1 << (cls % 64);
             hak_heap_run_put(h, ss, s, p, last, n, keep_empty, hak_class_size[cls]);
         } else {
-            hak_heap_remote_push(owner, p, last);   /* its SuperSlab moved to another heap (ss_move) */
+            remote_push(owner, p, last);   /* its SuperSlab moved to another heap (ss_move) */
         }
         h->st.inbox_blocks += n;
         p = next;
