@@ -595,6 +595,48 @@ test_free_sized (void)
 }
 
 /* Many allocations of mixed sizes live at once, all distinct and owned. */
+/* A free block's first word holds its link with the free mark (0xF4EE) in
+ * its top 16 bits (src/core/track.h). A live block whose first word looks
+ * the same, as a program may store anything, must still free normally
+ * (slow path: not on any free list, so not a double free) and be reused. */
+static void
+test_free_mark_lookalike (void)
+{
+  enum { N = 64 };
+  static const size_t sizes[] = { 16, 48, 128, 1000, 4096, 40000, 100000 };
+  for (size_t s = 0; s < G_N_ELEMENTS (sizes); s++)
+    {
+      void *p[N], *q[N];
+      for (int i = 0; i < N; i++)
+        {
+          p[i] = T (malloc) (sizes[s]);
+          g_assert_nonnull (p[i]);
+          memset (p[i], 0x5a, sizes[s]);
+        }
+      for (int i = 0; i < N; i++)
+        {
+          /* what a free block's link to p[i+1] (or to nothing) looks like */
+          uint64_t look = (uint64_t) (uintptr_t) (i + 1 < N ? p[i + 1] : NULL)
+                          ^ ((uint64_t) 0xF4EE << 48);
+          memcpy (p[i], &look, sizeof look);
+        }
+      for (int i = 0; i < N; i++)
+        T (free) (p[i]);
+      int reused = 0;
+      for (int i = 0; i < N; i++)
+        {
+          q[i] = T (malloc) (sizes[s]);
+          g_assert_nonnull (q[i]);
+          memset (q[i], 0xa5, sizes[s]);
+          for (int j = 0; j < N; j++)
+            reused += q[i] == p[j];
+        }
+      g_assert_cmpint (reused, >=, N / 2);
+      for (int i = 0; i < N; i++)
+        T (free) (q[i]);
+    }
+}
+
 static void
 test_mixed_live (void)
 {
@@ -773,6 +815,7 @@ main (int argc, char **argv)
   g_test_add_func ("/api/usable-size", test_usable_size);
   g_test_add_func ("/api/free-sized", test_free_sized);
   g_test_add_func ("/api/mixed-live", test_mixed_live);
+  g_test_add_func ("/api/free-mark-lookalike", test_free_mark_lookalike);
 #if HT_INTERPOSE
   g_test_add_func ("/api/interposed", test_interposed);
   g_test_add_func ("/api/names-agree", test_names_agree);

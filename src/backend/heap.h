@@ -111,8 +111,9 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
  * thread exiting: its heap keeps its runs for the thread that adopts it,
  * see hak_heap_abandon). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty);
-/* Sends one block (already marked free) to its owner's inbox: the free of
- * a thread whose heap is gone (see free_small in core/api.c). */
+/* Sends one block (already freed for memcheck; the link puts the free mark
+ * on it) to its owner's inbox: the free of a thread whose heap is gone
+ * (see free_small in core/api.c). */
 void hak_heap_free_remote(void *p);
 /* 1 if p (a block of one of h's runs, or of another heap's) is on h's
  * lists: its run's free list (when h owns the run) or h's inbox. Slow. */

@@ -194,11 +194,10 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
         __atomic_store_n(&bits[w], word & (word - 1), __ATOMIC_RELAXED);
         void *b = hak_slab_block(s, w * 64 + (unsigned)__builtin_ctzll(word));
         hak_track_noaccess(b, s->block_size);
+        /* the link carries the free mark, which a block in a bin needs: a
+         * second free of it would otherwise pass the hit path's check (its
+         * tag is normal again once the run has no hollow block left) */
         hak_link_set(b, head);
-        /* a free block in a bin carries the mark: a second free of it
-         * would otherwise pass the hit path's check (its tag is normal
-         * again once the run has no hollow block left) */
-        hak_mark_put(hak_free_mark(b), HAK_FREE_MARK);
         head = b;
         got++;
     }

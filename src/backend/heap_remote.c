@@ -5,14 +5,14 @@
  * The inbox is a list of blocks linked through their first words, like
  * every free list, made of stretches: a stretch is blocks of one slab (so
  * of one run), and its first block carries in its chain word (the fourth
- * 32-bit word; the third is the free mark, which stays) how many blocks
- * the stretch has and where in the slab its last one is. The drain gives
- * each stretch to its run at once, reading its first block and its last
- * (whose link leads on), not every block in between: draining one block
- * at a time, the owner took a cache miss a block, one after the other (a
- * block's address came from the last one's link), on lines the freeing
- * core had just written; xmalloc 4 4 8000000 64 1024 spent 23-28% of its
- * time there (session 20). A walk of the inbox block by block
+ * 32-bit word; the first two are the link, free mark included) how many
+ * blocks the stretch has and where in the slab its last one is. The drain
+ * gives each stretch to its run at once, reading its first block and its
+ * last (whose link leads on), not every block in between: draining one
+ * block at a time, the owner took a cache miss a block, one after the
+ * other (a block's address came from the last one's link), on lines the
+ * freeing core had just written; xmalloc 4 4 8000000 64 1024 spent 23-28%
+ * of its time there (session 20). A walk of the inbox block by block
  * (hak_heap_holds_free) still sees an ordinary list. */
 #include "backend/heap_int.h"
 #include "core/fastpath.h"

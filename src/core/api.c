@@ -34,7 +34,7 @@ static void *alloc_after_teardown(unsigned cls) {
     if (!h) return NULL;
     void *p = hak_heap_take_one(h, cls);
     hak_heap_abandon(h);
-    if (p) hak_mark_clear(hak_free_mark(p));
+    if (p) hak_mark_clear(p);
     return p;
 }
 
@@ -60,7 +60,7 @@ static void *alloc_class(unsigned cls) {
         errno = ENOMEM;
         return NULL;
     }
-    hak_mark_clear(hak_free_mark(p));
+    hak_mark_clear(p);
     return p;
 }
 
@@ -97,7 +97,7 @@ HAK_NOINLINE void *hak_alloc_slow(size_t size) {
  * HAK_PTR_INVALID after reporting it (the call must then do nothing). */
 static enum hak_ptr_kind checked_classify(const char *op, void *p, struct hak_ptr_info *info) {
     enum hak_ptr_kind k = hak_safety->classify(p, info);
-    if (k == HAK_PTR_SMALL && hak_mark_read(hak_free_mark(p)) == HAK_FREE_MARK &&
+    if (k == HAK_PTR_SMALL && hak_mark_is_set(p) &&
         hak_small_is_free(p, info->cls)) {
         info->reason = HAK_REASON_DOUBLE;
         k = HAK_PTR_INVALID;
@@ -152,7 +152,7 @@ HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
                        ((uint64_t)hak_ss_runpos[e][slab] << HAK_SLAB_SHIFT);
         hak_fast_bin *b = hak_fast_bin_at(tag);
         const struct hak_class_check *run = &hak_class_run_check[tag / HAK_TAG_SCALE];
-        if (off * run->mul < run->limit && hak_mark_read(hak_free_mark(p)) != HAK_FREE_MARK &&
+        if (off * run->mul < run->limit && !hak_mark_is_set(p) &&
             hak_fast_take_room(b)) {
             hak_fast_push(b, p);
             return;

@@ -8,7 +8,8 @@
  * Bad frees: the free path checks that p is a block start of its class
  * (a multiply, see size_class.h; classes above 64 KiB, whose blocks span
  * several slabs, in hak_free_miss), and a freed small block carries the free
- * mark (HAK_FREE_MARK in its third 32-bit word; malloc clears it), so an
+ * mark (HAK_FREE_TAG in the top bits of its link word, core/track.h; malloc
+ * clears the word), so an
  * interior pointer or a block that is already free leaves the hit path, and
  * the slow path finds out what it is (safety/badfree.c). */
 #ifndef HAK_FASTPATH_H
@@ -23,25 +24,23 @@ void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
 void  hak_free_miss(void *p, uintptr_t tag);
 
-/* The free mark. A constant, not a secret: it only decides whether free
- * takes the slow path, which confirms a double free by finding the block on
- * a free list, so a program that happens to store this value in a live
- * block's third word costs itself a slow free, nothing else. An immediate
- * saves the hit path a load. */
-#define HAK_FREE_MARK 0xF4EEB10Cu
-
-HAK_INLINE uint32_t *hak_free_mark(void *p) { return (uint32_t *)p + 2; }
+/* The free mark (core/track.h) is a constant, not a secret: it only
+ * decides whether free takes the slow path, which confirms a double free
+ * by finding the block on a free list, so a program that happens to store
+ * HAK_FREE_TAG in the top bits of a live block's first word costs itself a
+ * slow free, nothing else. */
 
 HAK_INLINE void *hak_bin_pop(struct hak_bin *b, void *p) {
     b->head = hak_link_get(p);
     b->room++;
-    hak_mark_clear(hak_free_mark(p));
+    hak_mark_clear(p);
     return p;
 }
 
-/* A small block stops being the program's: mark it free (and tell memcheck). */
+/* A small block stops being the program's (memcheck is told; the free
+ * mark comes with the link that puts it on a list). */
 HAK_INLINE void hak_block_freed(void *p) {
-    *hak_free_mark(p) = HAK_FREE_MARK;
+    (void)p;
     hak_track_free(p);
 }
 
@@ -57,7 +56,7 @@ HAK_INLINE void hak_bin_push(struct hak_bin *b, void *p) {
 HAK_INLINE void *hak_fast_pop(hak_fast_bin *b, void *p) {
     b->head = hak_link_get(p);
     b->room++;
-    hak_mark_clear(hak_free_mark(p));
+    hak_mark_clear(p);
     return p;
 }
 
@@ -123,7 +122,7 @@ HAK_INLINE int hak_tag_live(const void *p, uintptr_t tag) {
     const struct hak_class_check *check =
         (const struct hak_class_check *)((const char *)hak_class_magic + tag);
     return (uint64_t)(uint16_t)(uintptr_t)p * check->mul < check->limit &&
-           hak_mark_read(hak_free_mark((void *)p)) != HAK_FREE_MARK;
+           !hak_mark_is_set(p);
 }
 
 HAK_INLINE int hak_live_block(const void *p, uintptr_t *at) {

@@ -1,6 +1,16 @@
 /* Memory-checker annotations (-Dvalgrind=enabled) and free-list link access.
  *
- * A free block stores the link to the next free block in its first word.
+ * A free block stores the link to the next free block in its first word,
+ * and that word carries the free mark: the link is stored XORed with
+ * HAK_LINK_TAG, whose top 16 bits are HAK_FREE_TAG. A block's address is
+ * below 2^48 (Linux maps user space below 2^47 unless asked for more, and
+ * hakmem never asks), so every free block's first word has HAK_FREE_TAG in
+ * its top 16 bits, whichever list (bin, run, inbox) holds it. One word for
+ * both is what makes it cheap: free writes one word of a block that is
+ * usually not in the cache, and malloc reads and clears that same word. A
+ * mark in a word of its own (the third, until session 22) made each of
+ * them touch a second word of a line still on its way (docs/PERFORMANCE.md,
+ * session 22).
  * With valgrind support, hakmem tells memcheck which ranges are live blocks
  * (MALLOCLIKE/FREELIKE/RESIZEINPLACE) and keeps free blocks no-access, so
  * memcheck reports leaks, use after free and overflows in the program; the
@@ -11,6 +21,22 @@
 #define HAK_TRACK_H
 
 #include "core/common.h"
+
+#define HAK_FREE_TAG 0xF4EEu
+#define HAK_LINK_TAG ((uintptr_t)HAK_FREE_TAG << 48)
+
+/* a block's first word, and the half of it where the tag sits, read and
+ * written through types that may alias the program's data */
+typedef uintptr_t __attribute__((may_alias)) hak_link_word;
+typedef uint16_t __attribute__((may_alias)) hak_tag_half;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HAK_TAG_OFFSET 6
+#else
+#define HAK_TAG_OFFSET 0
+#endif
+HAK_INLINE hak_tag_half *hak_tag_of(const void *blk) {
+    return (hak_tag_half *)((uintptr_t)blk + HAK_TAG_OFFSET);
+}
 
 #if HAVE_VALGRIND
 #include <valgrind/memcheck.h>
@@ -23,25 +49,18 @@
 /* hakmem's own metadata written where a freed block was */
 #define hak_track_reuse(p, n)            VALGRIND_MAKE_MEM_UNDEFINED((p), (n))
 
-/* malloc clears a block's free mark just before the block is handed out
- * (and described to memcheck) */
-HAK_INLINE void hak_mark_clear(uint32_t *mark) {
-    VALGRIND_MAKE_MEM_UNDEFINED(mark, sizeof *mark);
-    *mark = 0;
+/* malloc clears a block's link word (its free mark with it) just before
+ * the block is handed out (and described to memcheck) */
+HAK_INLINE void hak_mark_clear(void *blk) {
+    VALGRIND_MAKE_MEM_UNDEFINED(blk, sizeof(hak_link_word));
+    *(hak_link_word *)blk = 0;
 }
 /* free reads the mark of a block the program may never have written: that
  * is the allocator's business, not an uninitialised read by the program.
  * A block already freed stays no-access, so memcheck still sees that. */
-HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) {
-    VALGRIND_MAKE_MEM_DEFINED_IF_ADDRESSABLE(mark, sizeof *mark);
-    return *mark;
-}
-/* a block the allocator keeps free gets its mark back without being
- * opened to the program */
-HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) {
-    VALGRIND_MAKE_MEM_UNDEFINED(mark, sizeof *mark);
-    *mark = value;
-    VALGRIND_MAKE_MEM_NOACCESS(mark, sizeof *mark);
+HAK_INLINE int hak_mark_is_set(const void *blk) {
+    VALGRIND_MAKE_MEM_DEFINED_IF_ADDRESSABLE(hak_tag_of(blk), sizeof(hak_tag_half));
+    return *hak_tag_of(blk) == HAK_FREE_TAG;
 }
 /* a word of hakmem's own in a free block other than its link (the
  * chain word of backend/heap_remote.c), read and written like the link */
@@ -51,17 +70,21 @@ HAK_INLINE uint32_t hak_word_get(uint32_t *w) {
     VALGRIND_MAKE_MEM_NOACCESS(w, sizeof *w);
     return v;
 }
-HAK_INLINE void hak_word_put(uint32_t *w, uint32_t v) { hak_mark_put(w, v); }
+HAK_INLINE void hak_word_put(uint32_t *w, uint32_t v) {
+    VALGRIND_MAKE_MEM_UNDEFINED(w, sizeof *w);
+    *w = v;
+    VALGRIND_MAKE_MEM_NOACCESS(w, sizeof *w);
+}
 HAK_INLINE void *hak_link_get(void *blk) {
-    VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(void *));
-    void *next = *(void **)blk;
-    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(void *));
-    return next;
+    VALGRIND_MAKE_MEM_DEFINED(blk, sizeof(hak_link_word));
+    uintptr_t w = *(hak_link_word *)blk;
+    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(hak_link_word));
+    return (void *)(w ^ HAK_LINK_TAG);
 }
 HAK_INLINE void hak_link_set(void *blk, void *next) {
-    VALGRIND_MAKE_MEM_UNDEFINED(blk, sizeof(void *));
-    *(void **)blk = next;
-    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(void *));
+    VALGRIND_MAKE_MEM_UNDEFINED(blk, sizeof(hak_link_word));
+    *(hak_link_word *)blk = (uintptr_t)next ^ HAK_LINK_TAG;
+    VALGRIND_MAKE_MEM_NOACCESS(blk, sizeof(hak_link_word));
 }
 #else
 /* arguments are not evaluated: they may be calls that exist for memcheck only */
@@ -71,13 +94,16 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 #define hak_track_noaccess(p, n)         do { } while (0)
 #define hak_track_reuse(p, n)            do { } while (0)
 
-HAK_INLINE void hak_mark_clear(uint32_t *mark) { *mark = 0; }
-HAK_INLINE void hak_mark_put(uint32_t *mark, uint32_t value) { *mark = value; }
-HAK_INLINE uint32_t hak_mark_read(const uint32_t *mark) { return *mark; }
+HAK_INLINE void hak_mark_clear(void *blk) { *(hak_link_word *)blk = 0; }
+HAK_INLINE int hak_mark_is_set(const void *blk) { return *hak_tag_of(blk) == HAK_FREE_TAG; }
 HAK_INLINE uint32_t hak_word_get(uint32_t *w) { return *w; }
 HAK_INLINE void hak_word_put(uint32_t *w, uint32_t v) { *w = v; }
-HAK_INLINE void *hak_link_get(void *blk) { return *(void **)blk; }
-HAK_INLINE void hak_link_set(void *blk, void *next) { *(void **)blk = next; }
+HAK_INLINE void *hak_link_get(void *blk) {
+    return (void *)(*(hak_link_word *)blk ^ HAK_LINK_TAG);
+}
+HAK_INLINE void hak_link_set(void *blk, void *next) {
+    *(hak_link_word *)blk = (uintptr_t)next ^ HAK_LINK_TAG;
+}
 #endif
 
 #endif
