@@ -598,7 +598,8 @@ test_free_sized (void)
 /* A free block's first word holds its link with the free mark (0xF4EE) in
  * its top 16 bits (src/core/track.h). A live block whose first word looks
  * the same, as a program may store anything, must still free normally
- * (slow path: not on any free list, so not a double free) and be reused. */
+ * (slow path: not on any free list, so not a double free): no report, the
+ * block reused, nothing handed out twice. */
 static void
 test_free_mark_lookalike (void)
 {
@@ -607,6 +608,7 @@ test_free_mark_lookalike (void)
   for (size_t s = 0; s < G_N_ELEMENTS (sizes); s++)
     {
       void *p[N], *q[N];
+      HtRange r[N];
       for (int i = 0; i < N; i++)
         {
           p[i] = T (malloc) (sizes[s]);
@@ -628,10 +630,18 @@ test_free_mark_lookalike (void)
           q[i] = T (malloc) (sizes[s]);
           g_assert_nonnull (q[i]);
           memset (q[i], 0xa5, sizes[s]);
+          r[i].start = (uintptr_t) q[i];
+          r[i].end = r[i].start + sizes[s];
           for (int j = 0; j < N; j++)
             reused += q[i] == p[j];
         }
-      g_assert_cmpint (reused, >=, N / 2);
+      ht_assert_disjoint (r, N);
+      /* a free taken for a double free and dropped would leave none; with
+       * no thread cache (HAKMEM_FRONT=none) runs that empty go back and
+       * new ones may sit elsewhere, so not all */
+      g_assert_cmpint (reused, >=, 1);
+      if (sizes[s] <= 128)
+        g_assert_cmpint (reused, ==, N);   /* one run: every block again */
       for (int i = 0; i < N; i++)
         T (free) (q[i]);
     }
