@@ -594,7 +594,6 @@ test_free_sized (void)
              "do not free", rss0, rss1);
 }
 
-/* Many allocations of mixed sizes live at once, all distinct and owned. */
 /* A free block's first word holds its link with the free mark (0xF4EE) in
  * its top 16 bits (src/core/track.h). A live block whose first word looks
  * the same, as a program may store anything, must still free normally
@@ -647,6 +646,7 @@ test_free_mark_lookalike (void)
     }
 }
 
+/* Many allocations of mixed sizes live at once, all distinct and owned. */
 static void
 test_mixed_live (void)
 {

@@ -10,7 +10,12 @@
  * usually not in the cache, and malloc reads and clears that same word. A
  * mark in a word of its own (the third, until session 22) made each of
  * them touch a second word of a line still on its way (docs/PERFORMANCE.md,
- * session 22).
+ * session 22). A program that writes into a freed block's first word (a
+ * use after free) breaks the list there, as in any allocator that links
+ * free blocks through them; but zero, a pointer or a small number there
+ * now decodes to a non-canonical address, so the pop after the one that
+ * takes the block faults at once, where a plain link would have cut the
+ * list short or handed out whatever the program wrote.
  * With valgrind support, hakmem tells memcheck which ranges are live blocks
  * (MALLOCLIKE/FREELIKE/RESIZEINPLACE) and keeps free blocks no-access, so
  * memcheck reports leaks, use after free and overflows in the program; the
@@ -24,6 +29,7 @@
 
 #define HAK_FREE_TAG 0xF4EEu
 #define HAK_LINK_TAG ((uintptr_t)HAK_FREE_TAG << 48)
+_Static_assert(sizeof(uintptr_t) == 8, "the free mark is the top 16 bits of a 64-bit link");
 
 /* a block's first word, and the half of it where the tag sits, read and
  * written through types that may alias the program's data */
