@@ -213,6 +213,19 @@ assert_no_warning (const Child *c)
       g_error ("unexpected warning on stderr: %s", *l);
 }
 
+/* A child run with env takes option's value from the environment, with
+ * no warning. */
+static void
+assert_value_taken (const char *const *env, const char *option, const char *value)
+{
+  Child c;
+  run_child (&c, "smoke", env);
+  assert_exit_ok (&c);
+  assert_option (&c, option, value, "env");
+  assert_no_warning (&c);
+  child_clear (&c);
+}
+
 static void
 test_default_quiet (void)
 {
@@ -256,13 +269,7 @@ test_choice (gconstpointer data)
   const Choice *ch = data;
   gchar *kv = g_strdup_printf ("%s=%s", ch->var, ch->value);
   const char *env[] = { "HAKMEM_VERBOSE=1", kv, NULL };
-  Child c;
-
-  run_child (&c, "smoke", env);
-  assert_exit_ok (&c);
-  assert_option (&c, ch->option, ch->value, "env");
-  assert_no_warning (&c);
-  child_clear (&c);
+  assert_value_taken (env, ch->option, ch->value);
   g_free (kv);
 }
 
@@ -321,13 +328,9 @@ test_decay_ms_range (void)
 {
   const char *largest[] = { "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=2147483647", NULL };
   const char *too_large[] = { "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=2147483648", NULL };
-  Child c;
-  run_child (&c, "smoke", largest);
-  assert_exit_ok (&c);
-  assert_option (&c, "decay_ms", "2147483647", "env");
-  assert_no_warning (&c);
-  child_clear (&c);
+  assert_value_taken (largest, "decay_ms", "2147483647");
 
+  Child c;
   run_child (&c, "smoke", too_large);
   assert_exit_ok (&c);
   assert_option (&c, "decay_ms", "20", "default");
@@ -357,12 +360,7 @@ test_number_values (void)
       child_clear (&c);
     }
   const char *padded[] = { "HAKMEM_VERBOSE=1", "HAKMEM_SS_CACHE=0012", NULL };
-  Child c;
-  run_child (&c, "smoke", padded);
-  assert_exit_ok (&c);
-  assert_option (&c, "ss_cache", "12", "env");
-  assert_no_warning (&c);
-  child_clear (&c);
+  assert_value_taken (padded, "ss_cache", "12");
 }
 
 static void

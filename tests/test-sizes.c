@@ -299,6 +299,27 @@ test_larger_class_stands_in (void)
   g_free (small);
 }
 
+/* Allocates n blocks of size into blocks, each filled with fill: each
+ * must be a block of its own class or a free block of the larger class
+ * standing in for it. Returns how many stood in. */
+static size_t
+alloc_counting_stand_ins (void **blocks, size_t n, size_t size, size_t larger, int fill)
+{
+  size_t stand_ins = 0;
+  for (size_t i = 0; i < n; i++)
+    {
+      blocks[i] = T (malloc) (size);
+      g_assert_nonnull (blocks[i]);
+      size_t us = T (malloc_usable_size) (blocks[i]);
+      if (us != size && us != larger)
+        g_error ("malloc(%zu): usable size %zu, expected %zu or a free %zu-byte block",
+                 size, us, size, larger);
+      stand_ins += us == larger;
+      memset (blocks[i], fill, us);
+    }
+  return stand_ins;
+}
+
 /* The free blocks of a larger class may all sit in its current run (a
  * class with fewer live blocks than a run holds, the usual case in a
  * thread that makes blocks for another): they stand in too. Only partly
@@ -324,17 +345,7 @@ test_current_run_stands_in (void)
     }
   for (size_t i = 0; i < BIG; i++)   /* the bin fills, then half goes back to the run */
     T (free) (big[i]);
-  size_t stand_ins = 0;
-  for (size_t i = 0; i < SMALL; i++)
-    {
-      small[i] = T (malloc) (240);
-      g_assert_nonnull (small[i]);
-      size_t us = T (malloc_usable_size) (small[i]);
-      if (us != 240 && us != 256)
-        g_error ("malloc(240): usable size %zu, expected 240 or a free 256-byte block", us);
-      stand_ins += us == 256;
-      memset (small[i], 0x3C, us);
-    }
+  size_t stand_ins = alloc_counting_stand_ins (small, SMALL, 240, 256, 0x3C);
   if (!stand_ins)
     g_error ("no free 256-byte block of the current run stood in for 240 bytes: a new run was made");
   for (size_t i = 0; i < SMALL; i++)
@@ -369,17 +380,7 @@ test_unaligned_class_stands_in_above_256 (void)
       T (free) (big[i]);
       big[i] = NULL;
     }
-  size_t stand_ins = 0;
-  for (size_t i = 0; i < SMALL; i++)
-    {
-      small[i] = T (malloc) (320);
-      g_assert_nonnull (small[i]);
-      size_t us = T (malloc_usable_size) (small[i]);
-      if (us != 320 && us != 400)
-        g_error ("malloc(320): usable size %zu, expected 320 or a free 400-byte block", us);
-      stand_ins += us == 400;
-      memset (small[i], 0x6B, us);
-    }
+  size_t stand_ins = alloc_counting_stand_ins (small, SMALL, 320, 400, 0x6B);
   if (!stand_ins)
     g_error ("no free 400-byte block stood in for 320 bytes: a new run was made");
   for (size_t i = 0; i < SMALL; i++)
