@@ -240,6 +240,44 @@ test_power_of_two_plus_header (void)
   g_free (live);
 }
 
+/* Allocates n blocks of size into blocks, then frees every other one
+ * (their slots become NULL): free blocks spread over the class's runs. */
+static void
+alloc_then_free_alternate (void **blocks, size_t n, size_t size)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      blocks[i] = T (malloc) (size);
+      g_assert_nonnull (blocks[i]);
+    }
+  for (size_t i = 0; i < n; i += 2)
+    {
+      T (free) (blocks[i]);
+      blocks[i] = NULL;
+    }
+}
+
+/* Allocates n blocks of size into blocks, each filled with fill: each
+ * must be a block of its own class or a free block of the larger class
+ * standing in for it. Returns how many stood in. */
+static size_t
+alloc_counting_stand_ins (void **blocks, size_t n, size_t size, size_t larger, int fill)
+{
+  size_t stand_ins = 0;
+  for (size_t i = 0; i < n; i++)
+    {
+      blocks[i] = T (malloc) (size);
+      g_assert_nonnull (blocks[i]);
+      size_t us = T (malloc_usable_size) (blocks[i]);
+      if (us != size && us != larger)
+        g_error ("malloc(%zu): usable size %zu, expected %zu or a free %zu-byte block",
+                 size, us, size, larger);
+      stand_ins += us == larger;
+      memset (blocks[i], fill, us);
+    }
+  return stand_ins;
+}
+
 /* A class with no free block of its own takes free blocks of a larger class
  * (at most twice its size) that are already in memory, before it makes a
  * new run; only classes whose blocks are aligned at least as well stand in,
@@ -258,16 +296,7 @@ test_larger_class_stands_in (void)
     }
   void **big = g_new0 (void *, N);
   void **small = g_new0 (void *, N);
-  for (size_t i = 0; i < N; i++)
-    {
-      big[i] = T (malloc) (96);
-      g_assert_nonnull (big[i]);
-    }
-  for (size_t i = 0; i < N; i += 2)
-    {
-      T (free) (big[i]);
-      big[i] = NULL;
-    }
+  alloc_then_free_alternate (big, N, 96);
   /* 2048 free 96-byte blocks, most of them back on their runs */
   for (size_t i = 0; i < N / 4; i++)
     {
@@ -297,27 +326,6 @@ test_larger_class_stands_in (void)
     }
   g_free (big);
   g_free (small);
-}
-
-/* Allocates n blocks of size into blocks, each filled with fill: each
- * must be a block of its own class or a free block of the larger class
- * standing in for it. Returns how many stood in. */
-static size_t
-alloc_counting_stand_ins (void **blocks, size_t n, size_t size, size_t larger, int fill)
-{
-  size_t stand_ins = 0;
-  for (size_t i = 0; i < n; i++)
-    {
-      blocks[i] = T (malloc) (size);
-      g_assert_nonnull (blocks[i]);
-      size_t us = T (malloc_usable_size) (blocks[i]);
-      if (us != size && us != larger)
-        g_error ("malloc(%zu): usable size %zu, expected %zu or a free %zu-byte block",
-                 size, us, size, larger);
-      stand_ins += us == larger;
-      memset (blocks[i], fill, us);
-    }
-  return stand_ins;
 }
 
 /* The free blocks of a larger class may all sit in its current run (a
@@ -370,16 +378,7 @@ test_unaligned_class_stands_in_above_256 (void)
       return;
     }
   void *big[BIG], *small[SMALL], *aligned[SMALL];
-  for (size_t i = 0; i < BIG; i++)
-    {
-      big[i] = T (malloc) (400);
-      g_assert_nonnull (big[i]);
-    }
-  for (size_t i = 0; i < BIG; i += 2)
-    {
-      T (free) (big[i]);
-      big[i] = NULL;
-    }
+  alloc_then_free_alternate (big, BIG, 400);
   size_t stand_ins = alloc_counting_stand_ins (small, SMALL, 320, 400, 0x6B);
   if (!stand_ins)
     g_error ("no free 400-byte block stood in for 320 bytes: a new run was made");
