@@ -9,9 +9,9 @@
  * (a multiply, see size_class.h; classes above 64 KiB, whose blocks span
  * several slabs, in hak_free_miss), and a freed small block carries the free
  * mark (HAK_FREE_TAG in the top bits of its link word, core/track.h; malloc
- * clears the word), so an
- * interior pointer or a block that is already free leaves the hit path, and
- * the slow path finds out what it is (safety/badfree.c). */
+ * clears the word), so an interior pointer or a block that is already free
+ * leaves the hit path, and the slow path finds out what it is
+ * (safety/badfree.c). */
 #ifndef HAK_FASTPATH_H
 #define HAK_FASTPATH_H
 
