@@ -9,6 +9,13 @@
 #include <sys/wait.h>
 
 #if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define HAVE_SINGLE_THREADED_H 1
+#endif
+#endif
+
+#if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
 #define HT_HAVE_VALGRIND_H 1
@@ -519,6 +526,57 @@ test_fork_while_threads_start (void)
     pthread_join (t[i], NULL);
 }
 
+/* A process registers its fork handlers only once it has a second thread
+ * (core/common.h says why): a single-threaded one takes every lock and
+ * forks without them, and the first lock after a thread starts registers
+ * them, before it is taken. */
+static unsigned long long
+stats_fork_handlers (void)
+{
+  return ht_stats_number ("hakmem: fork handlers registered: %llu");
+}
+
+static void *
+allocate_large_and_small (void *arg)
+{
+  (void) arg;
+  /* a large block takes the large path's lock, a new heap the heap list's */
+  void *big = T (malloc) (ht_opaque (4 * HT_MiB));
+  void *small = T (malloc) (ht_opaque (100));
+  if (!big || !small)
+    g_error ("allocation failed");
+  T (free) (small);
+  T (free) (big);
+  return NULL;
+}
+
+static void
+test_fork_handlers_wait_for_second_thread (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+#ifdef HAVE_SINGLE_THREADED_H
+  if (!__libc_single_threaded)
+    {
+      g_test_skip ("the process has another thread already (a sanitizer's)");
+      return;
+    }
+  allocate_large_and_small (NULL);
+  g_assert_cmpuint (stats_fork_handlers (), ==, 0);
+  fork_many (2);
+  g_assert_cmpuint (stats_fork_handlers (), ==, 0);
+#endif
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, allocate_large_and_small, NULL), ==, 0);
+  pthread_join (t, NULL);
+  g_assert_cmpuint (stats_fork_handlers (), ==, 1);
+  fork_many (2);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -528,6 +586,8 @@ main (int argc, char **argv)
   g_test_add_func ("/fork/with-allocating-threads", test_fork_with_threads);
   g_test_add_func ("/fork/from-thread", test_fork_from_thread);
   g_test_add_func ("/fork/while-threads-start", test_fork_while_threads_start);
+  g_test_add_func ("/fork/handlers-wait-for-a-second-thread",
+                   test_fork_handlers_wait_for_second_thread);
 
   return g_test_run ();
 }
