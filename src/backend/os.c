@@ -68,15 +68,11 @@ static size_t os_page;   /* 0: not asked yet */
 
 /* The kernel's page size, asked the first time only (a call into libc
  * that most programs, which never hollow a run nor purge a pool
- * SuperSlab, do without). getpagesize, not sysconf: it sits in libc's
- * text among mmap and madvise, which hakmem calls anyway, while sysconf
- * sits elsewhere and reads a table in libc's read-only data. A first
- * touch of a file page maps the 16 around it too (the kernel's
- * fault-around), so sysconf cost random_mixed 128 KiB of peak RSS. */
+ * SuperSlab, do without). */
 size_t hak_os_page_size(void) {
     size_t pg = __atomic_load_n(&os_page, __ATOMIC_RELAXED);
     if (!pg) {
-        long v = getpagesize();
+        long v = sysconf(_SC_PAGESIZE);
         pg = v > 0 ? (size_t)v : HAK_PAGE_SIZE;
         __atomic_store_n(&os_page, pg, __ATOMIC_RELAXED);
     }

@@ -7,9 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
-#if HAVE_LIBC_SINGLE_THREADED
-#include <sys/single_threaded.h>
-#endif
 
 #define HAK_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HAK_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -63,39 +60,13 @@ static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a
 typedef struct { atomic_int v; } hak_spinlock_t;
 #define HAK_SPINLOCK_INIT { 0 }
 void hak_spin_lock_slow(hak_spinlock_t *l);
-
-/* fork() must not leave the child a lock held by a thread it does not
- * have, so its handlers (core/init.c) hold every lock across it. They are
- * registered at the first lock a multi-threaded process takes, not at
- * init: pthread_atfork faults in a page of libc's text and one of its
- * read-only data, and the kernel maps 16 pages around each (fault-around),
- * 128 KiB of every single-threaded process's RSS. A single-threaded
- * process needs no handler: its one thread cannot be holding a lock of
- * hakmem's when it forks. */
-extern atomic_int hak_fork_handlers_ready;
-void hak_fork_handlers_register(void);
-static inline int hak_process_single_threaded(void) {
-#if HAVE_LIBC_SINGLE_THREADED
-    return __libc_single_threaded;   /* glibc clears it before a second thread starts */
-#else
-    return 0;   /* unknown: register at the first lock */
-#endif
-}
-static inline void hak_fork_guard(void) {
-    if (HAK_UNLIKELY(!atomic_load_explicit(&hak_fork_handlers_ready, memory_order_acquire)) &&
-        !hak_process_single_threaded())
-        hak_fork_handlers_register();
-}
-
 static inline void hak_spin_lock(hak_spinlock_t *l) {
-    hak_fork_guard();
     if (HAK_LIKELY(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0))
         return;
     hak_spin_lock_slow(l);
 }
 /* 1 if it took the lock; 0, at once, if someone holds it. */
 static inline int hak_spin_trylock(hak_spinlock_t *l) {
-    hak_fork_guard();
     return atomic_load_explicit(&l->v, memory_order_relaxed) == 0 &&
            atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0;
 }

@@ -73,7 +73,9 @@ void hak_init_slow(void) {
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);
     hak_spin_unlock(&init_lock);
 
-    if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();   /* may allocate, fine now */
+    /* These may allocate, which is fine now. */
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
 }
 
 struct hak_heap *hak_thread_heap(void) {
@@ -108,45 +110,20 @@ static void thread_exit(void *arg) {
 
 /* fork(): hold every global lock across it so the child never inherits one
  * taken by a thread that does not exist there. Per-thread heaps need no
- * lock; those of threads that vanish in the child are simply never used.
- *
- * The handlers are registered by the first thread that takes a lock once
- * the process has a second thread (hak_fork_guard, core/common.h), before
- * it takes it. Threads that get there together may each register them:
- * none may go on before its own pthread_atfork has returned (a fork under
- * way holds libc's handler list until it is done), so no lock is taken
- * unguarded. Extra registrations are harmless: the handlers count how
- * deep they are, and only the outermost pair locks and unlocks. fork_depth
- * is only touched by the forking thread, between libc's taking and its
- * releasing of that list. */
-atomic_int hak_fork_handlers_ready;
-static unsigned fork_depth;
-static __thread unsigned char registering_fork_handlers;   /* pthread_atfork may call malloc */
-
-void hak_fork_handlers_register(void) {
-    if (registering_fork_handlers) return;
-    registering_fork_handlers = 1;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-    registering_fork_handlers = 0;
-    atomic_store_explicit(&hak_fork_handlers_ready, 1, memory_order_release);
-}
-
+ * lock; those of threads that vanish in the child are simply never used. */
 static void fork_prepare(void) {
-    if (fork_depth++) return;
     hak_heap_fork_prepare();
     hak_ss_fork_prepare();
     hak_large_fork_prepare();
     hak_os_fork_prepare();
 }
 static void fork_parent(void) {
-    if (--fork_depth) return;
     hak_os_fork_parent();
     hak_large_fork_parent();
     hak_ss_fork_parent();
     hak_heap_fork_parent();
 }
 static void fork_child(void) {
-    if (--fork_depth) return;
     hak_os_fork_child();
     hak_large_fork_child();
     hak_ss_fork_child();

@@ -62,8 +62,6 @@ HAK_EXPORT void hak_print_stats(void) {
             "remaps %zu; purge calls %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.splits, lg.grown, lg.remaps, lg.purges, lg.live_bytes >> 10,
             lg.cached_bytes >> 10);
-    hak_log("hakmem: fork handlers registered: %d (at the first lock taken once the process has a second thread)\n",
-            atomic_load_explicit(&hak_fork_handlers_ready, memory_order_relaxed));
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (s->class_refills[c])
             hak_log("hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,
