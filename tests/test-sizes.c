@@ -386,7 +386,13 @@ test_unaligned_class_stands_in_above_256 (void)
     {
       g_assert_cmpint (T (posix_memalign) (&aligned[i], 64, 320), ==, 0);
       g_assert_cmpuint ((uintptr_t) aligned[i] % 64, ==, 0);
-      g_assert_cmpuint (T (malloc_usable_size) (aligned[i]), ==, 320);
+      /* from the 320-byte quarter, or a larger class whose blocks all
+       * start on 64 bytes standing in (512 B when a decay tick has just
+       * put blocks back in that class's runs: seen once in 30 runs with
+       * HAKMEM_DECAY_MS=1), never the 400-byte blocks */
+      size_t usable = T (malloc_usable_size) (aligned[i]);
+      g_assert_cmpuint (usable, >=, 320);
+      g_assert_cmpuint (usable % 64, ==, 0);
     }
   for (size_t i = 0; i < SMALL; i++)
     {
