@@ -318,15 +318,20 @@ child_exiting (pid_t pid)
   return exiting;
 }
 
+/* Slow harnesses (meson test --setup=valgrind sets HT_TIMEOUT_SCALE)
+ * stretch every limit: a child under memcheck is 20-50x slower. */
+static gint64
+timeout_scale (void)
+{
+  const char *scale = g_getenv ("HT_TIMEOUT_SCALE");
+  return scale ? MAX (1, g_ascii_strtoll (scale, NULL, 10)) : 1;
+}
+
 static void
 wait_child (pid_t pid, int iteration)
 {
   int status = 0;
-  /* Slow harnesses (meson test --setup=valgrind sets HT_TIMEOUT_SCALE)
-   * stretch the limit: a child under memcheck is 20-50x slower. */
-  const char *scale_env = g_getenv ("HT_TIMEOUT_SCALE");
-  gint64 scale = scale_env ? MAX (1, g_ascii_strtoll (scale_env, NULL, 10)) : 1;
-  gint64 timeout_ms = TIMEOUT_MS * scale;
+  gint64 timeout_ms = TIMEOUT_MS * timeout_scale ();
   gint64 deadline = g_get_monotonic_time () + timeout_ms * 1000;
 
   for (;;)
@@ -548,9 +553,8 @@ test_fork_other_handlers_allocate (void)
   if (!g_test_subprocess ())
     {
       /* a fork that hangs in a handler fails the test, not the suite */
-      const char *scale = g_getenv ("HT_TIMEOUT_SCALE");
-      guint64 timeout_s = 60 * (guint64) (scale ? MAX (1, g_ascii_strtoll (scale, NULL, 10)) : 1);
-      g_test_trap_subprocess (NULL, timeout_s * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+      guint64 timeout_us = (guint64) timeout_scale () * 60 * G_USEC_PER_SEC;
+      g_test_trap_subprocess (NULL, timeout_us, G_TEST_SUBPROCESS_DEFAULT);
       g_test_trap_assert_passed ();
       return;
     }
@@ -576,13 +580,12 @@ test_fork_other_handlers_allocate (void)
  * forks' handlers concurrently (it holds its list only while it reads
  * it), so each fork's prepare must wait for the locks the other one
  * holds, and release them in both processes. */
-enum { FORKING_THREADS = 2, FORKS_EACH = 5 };
+enum { FORKING_THREADS = 2, FORKS_EACH = 5, ALLOCATING_THREADS = 2 };
 
 static void *
 forking_at_once (void *arg)
 {
   int base = GPOINTER_TO_INT (arg);
-  thread_entered ();
   for (int it = 0; it < FORKS_EACH; it++)
     {
       pid_t pid = fork_flushed ();
@@ -596,22 +599,22 @@ forking_at_once (void *arg)
 static void
 test_fork_from_several_threads (void)
 {
-  pthread_t w[2], f[FORKING_THREADS];
+  pthread_t w[ALLOCATING_THREADS], f[FORKING_THREADS];
 
   g_atomic_int_set (&stop_workers, 0);
   g_atomic_int_set (&threads_entered, 0);
   parent_has_threads = TRUE;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < ALLOCATING_THREADS; i++)
     g_assert_cmpint (pthread_create (&w[i], NULL, worker,
                                      GSIZE_TO_POINTER ((gsize) i + 500)), ==, 0);
-  wait_threads_entered (2);
+  wait_threads_entered (ALLOCATING_THREADS);
   for (int i = 0; i < FORKING_THREADS; i++)
     g_assert_cmpint (pthread_create (&f[i], NULL, forking_at_once,
                                      GINT_TO_POINTER (1000 * (i + 1))), ==, 0);
   for (int i = 0; i < FORKING_THREADS; i++)
     pthread_join (f[i], NULL);
   g_atomic_int_set (&stop_workers, 1);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < ALLOCATING_THREADS; i++)
     pthread_join (w[i], NULL);
 }
 

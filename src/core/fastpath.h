@@ -24,12 +24,6 @@ void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
 void  hak_free_miss(void *p, uintptr_t tag);
 
-/* The free mark (core/track.h) is a constant, not a secret: it only
- * decides whether free takes the slow path, which confirms a double free
- * by finding the block on a free list, so a program that happens to store
- * HAK_FREE_TAG in the top bits of a live block's first word costs itself a
- * slow free, nothing else. */
-
 HAK_INLINE void *hak_bin_pop(struct hak_bin *b, void *p) {
     b->head = hak_link_get(p);
     b->room++;

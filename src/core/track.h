@@ -27,6 +27,10 @@
 
 #include "core/common.h"
 
+/* A constant, not a secret: the mark only decides whether free takes the
+ * slow path, which confirms a double free by finding the block on a free
+ * list, so a program that happens to store HAK_FREE_TAG in the top bits of
+ * a live block's first word costs itself a slow free, nothing else. */
 #define HAK_FREE_TAG 0xF4EEu
 #define HAK_LINK_TAG ((uintptr_t)HAK_FREE_TAG << 48)
 _Static_assert(sizeof(uintptr_t) == 8, "the free mark is the top 16 bits of a 64-bit link");
