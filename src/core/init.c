@@ -31,6 +31,7 @@ const struct hak_safety_ops *hak_safety = &hak_safety_registry;
 atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
 static pthread_key_t thread_key;
+static int thread_key_made;   /* 0: pthread_key_create failed, thread_key is nobody's */
 
 /* in the order of the choices in core/options.c */
 static const struct hak_cache_ops *const fronts[] = { &hak_front_tcache, &hak_cache_direct };
@@ -69,12 +70,19 @@ void hak_init_slow(void) {
     /* a box that checks every free wants no tag on the hit path */
     hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);
     hak_ss_pool_init();
-    pthread_key_create(&thread_key, thread_exit);
+    /* Both can fail only when the process is out of keys or memory; the
+     * allocator still works, but says what the program loses. */
+    thread_key_made = pthread_key_create(&thread_key, thread_exit) == 0;
+    if (!thread_key_made)
+        hak_log("hakmem: warning: pthread_key_create failed: the heaps of threads that exit are not "
+                "handed on to other threads\n");
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);
     hak_spin_unlock(&init_lock);
 
     /* These may allocate, which is fine now. */
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child))
+        hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread is in "
+                "the allocator may hang\n");
     if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
 }
 
@@ -88,7 +96,7 @@ struct hak_heap *hak_thread_heap(void) {
     hak_cache_thread_init(t);
     t->state = 1;
     /* Registers thread_exit for this thread; may allocate (now served). */
-    pthread_setspecific(thread_key, h);
+    if (thread_key_made) pthread_setspecific(thread_key, h);
     return h;
 }
 
