@@ -33,16 +33,23 @@ static int bin_holds(const struct hak_bin *b, const void *p) {
 
 int hak_small_is_free(void *p, unsigned cls) {
     struct hak_tls *t = &hak_tls;
-    if (t->state != 1) return 0;
-    /* its own class's bin, or that of a smaller class it was handed to
-     * while free (backend/heap.c, refill_from_larger) */
-    for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
-        if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
-    if (hak_heap_holds_free(t->heap, p)) return 1;
+    /* a thread with no heap (not set up yet, or exiting) has no bins
+     * either, but the block's owner is looked at all the same: a thread
+     * whose first call frees a block an exited thread already freed finds
+     * it in that thread's heap, which it would otherwise go on to adopt,
+     * block and all, and hand out twice */
+    struct hak_heap *mine = t->state == 1 ? t->heap : NULL;
+    if (mine) {
+        /* its own class's bin, or that of a smaller class it was handed
+         * to while free (backend/heap.c, refill_from_larger) */
+        for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
+            if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
+        if (hak_heap_holds_free(mine, p)) return 1;
+    }
     /* a block of another heap (one this thread borrowed, or freed from
      * another thread) went back to that heap's inbox or runs */
     struct hak_heap *owner = hak_ss_owner(hak_ss_of(p));
-    return owner && owner != t->heap && hak_heap_holds_free(owner, p);
+    return owner && owner != mine && hak_heap_holds_free(owner, p);
 }
 
 /* ---- foreign pointers ---------------------------------------------------- */

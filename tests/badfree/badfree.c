@@ -21,6 +21,7 @@
 #endif
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -162,6 +163,55 @@ double_free (enum call c, size_t size, int later)
   no_duplicates (size, NULL, NULL);
 }
 
+/* A block freed by a thread that has since exited, then the bad call on
+ * it from a new thread, as that thread's first allocator call: the block
+ * waits free in the exited thread's heap for whichever thread adopts it,
+ * and the new thread, with no heap of its own yet, once took the call for
+ * a good free (then adopted the heap and handed the block out twice). */
+struct exited_case
+{
+  enum call c;
+  size_t size;
+  unsigned char *p;
+};
+
+static void *
+alloc_free_and_exit (void *arg)
+{
+  struct exited_case *e = arg;
+  e->p = A (malloc) (e->size);
+  if (!e->p)
+    fail ("malloc(%zu)", e->size);
+  A (free) (e->p);
+  return NULL;
+}
+
+static void *
+bad_call_first (void *arg)
+{
+  struct exited_case *e = arg;
+  bad_call (e->c, e->p, "double free");
+  no_duplicates (e->size, NULL, NULL);
+  return NULL;
+}
+
+static void
+run_in_thread (void *(*fn) (void *), void *arg)
+{
+  pthread_t t;
+  if (pthread_create (&t, NULL, fn, arg) || pthread_join (t, NULL))
+    fail ("pthread_create or pthread_join failed");
+}
+
+static void
+double_free_exited (enum call c, size_t size)
+{
+  struct exited_case e = { c, size, NULL };
+  run_in_thread (alloc_free_and_exit, &e);
+  run_in_thread (bad_call_first, &e);
+  no_duplicates (size, NULL, NULL);
+}
+
 static void
 interior (enum call c, size_t size, size_t off)
 {
@@ -266,6 +316,12 @@ run_double (enum call c, size_t size, size_t later)
   double_free (c, size, (int) later);
 }
 static void
+run_double_exited (enum call c, size_t size, size_t unused)
+{
+  (void) unused;
+  double_free_exited (c, size);
+}
+static void
 run_interior (enum call c, size_t size, size_t off)
 {
   interior (c, size, off);
@@ -311,6 +367,8 @@ static const struct tcase cases[] = {
   { "double-tiny-later", run_double, 32, 1 },
   { "double-mid-later", run_double, 8 * KiB, 1 },
   { "double-large-later", run_double, MiB, 1 },
+  { "double-tiny-exited", run_double_exited, 32, 0 },
+  { "double-mid-exited", run_double_exited, 8 * KiB, 0 },
   { "interior-tiny+16", run_interior, 64, 16 },
   { "interior-tiny+8", run_interior, 64, 8 },
   { "interior-mid+16", run_interior, 8 * KiB, 16 },
