@@ -75,8 +75,9 @@ static void room_changed(struct hak_heap *h, struct hak_superslab *ss, int delta
  * batch holds the pending slabs of up to HAK_PURGE_SS SuperSlabs, oldest
  * first, and gives back each one's with one call a stretch of free slabs.
  * Past HAK_PURGE_BATCH slabs (8 MiB resident a while longer), or when a
- * SuperSlab joins a full batch, the oldest one goes back; the clock's
- * tick empties the batch. The SuperSlabs of a heap freed in order empty
+ * SuperSlab joins a full batch, the oldest one goes back; the owner's
+ * next clock tick (on a miss) empties the batch, and so does another
+ * thread's tick once the owner has had no miss for a period (heap_idle.c). The SuperSlabs of a heap freed in order empty
  * while they wait, and leave the batch for the pool, which gives each
  * back with one call: big_heap 256 made 1,314 madvise calls when the
  * whole batch went back at 32 slabs, 637 when only its oldest did, 308
@@ -115,6 +116,21 @@ static void purge_later(struct hak_heap *h, struct hak_superslab *ss, unsigned f
     h->purge_slabs += (unsigned)__builtin_popcount(bits & ~ss->purge_pending);
     ss->purge_pending |= bits;
     while (h->purge_slabs > HAK_PURGE_BATCH) batch_drop(h, 0, 1);
+}
+
+/* Slabs a new run takes leave the batch (and so does their SuperSlab, if
+ * they were all it had there): they are in use again. */
+static void purge_unpend(struct hak_heap *h, struct hak_superslab *ss, unsigned first, unsigned n) {
+    uint32_t bits = (((1u << n) - 1) << first) & ss->purge_pending;   /* n <= 16 */
+    if (!bits) return;
+    if (bits == ss->purge_pending)
+        for (unsigned k = 0; k < h->purge_n; k++)
+            if (h->purge_ss[k] == ss) {
+                batch_drop(h, k, 0);
+                return;
+            }
+    ss->purge_pending &= ~bits;
+    h->purge_slabs -= (unsigned)__builtin_popcount(bits);
 }
 
 /* A SuperSlab leaving the heap leaves its batch (its slabs stay dirty: the
@@ -246,6 +262,7 @@ struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
     hak_heap_dirty_sub(h, dirty);
     if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
     h->st.runs_made++;
+    purge_unpend(h, ss, pos, n);
     struct hak_slab *s = hak_ss_run_place(ss, pos, n, cls);
     room_changed(h, ss, -(int)n);
     return s;
