@@ -10,6 +10,7 @@
 #include "hakmem-test.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #define PAGE ((size_t) sysconf (_SC_PAGESIZE))
 
@@ -230,6 +231,114 @@ test_cache_scales_with_use (void)
     T (free) (keep[i]);
 }
 
+/* A block above the small sizes maps the pages it reaches, not the rest of
+ * its last 2 MiB chunk (backend/large.h): the page after the block's last
+ * one is free for anyone to map, and a pointer into such a mapping is not
+ * hakmem's. A 270,000-byte block used to map its whole chunk. */
+enum { SPAN_BLOCK = 270000 };
+
+static void
+test_block_maps_only_its_pages (void)
+{
+  if (!ht_in_process_with_decay (NULL))
+    return;   /* a fresh process: no cached span, which may map more */
+  const size_t page = PAGE;
+  unsigned char *p = T (malloc) (SPAN_BLOCK);
+  g_assert_nonnull (p);
+  memset (p, 0x5C, SPAN_BLOCK);
+  uintptr_t end = ((uintptr_t) p + SPAN_BLOCK + page - 1) & ~(uintptr_t) (page - 1);
+  unsigned char *q = mmap ((void *) end, page, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (q == MAP_FAILED)
+    g_error ("the page after a %d-byte block (%p) is mapped already: %s", SPAN_BLOCK,
+             (void *) end, strerror (errno));
+  if (q != (unsigned char *) end)
+    {
+      /* a kernel older than 4.17 (or valgrind) takes the address as a hint */
+      munmap (q, page);
+      g_test_skip ("MAP_FIXED_NOREPLACE is not honoured here");
+      T (free) (p);
+      return;
+    }
+  memset (q, 0x11, page);
+  g_assert_cmpint (hak_owns (p), ==, 1);
+  g_assert_cmpint (hak_owns (q), ==, 0);
+  g_assert_cmpint (hak_owns (q + 64), ==, 0);
+  g_assert_true (ht_all_bytes (p, SPAN_BLOCK, 0x5C));
+  T (free) (p);   /* its pages go, the mapping after them stays */
+  g_assert_true (ht_all_bytes (q, page, 0x11));
+#if !defined(__SANITIZE_ADDRESS__)
+  if (!g_getenv ("HT_UNDER_VALGRIND"))   /* both replace glibc's free */
+    {
+      /* The page made into what glibc's free takes for one of its mmapped
+       * blocks (no previous size, the page's size with the mmapped bit):
+       * free hands it to glibc, which unmaps it. hakmem would have called
+       * it an interior pointer of the block and aborted. */
+      size_t *chunk = (size_t *) q;
+      chunk[0] = 0;
+      chunk[1] = page | 2;
+      T (free) (q + 2 * sizeof (size_t));
+      unsigned char vec;
+      g_assert_cmpint (mincore (q, page, &vec), ==, -1);   /* ENOMEM: unmapped */
+      return;
+    }
+#endif
+  munmap (q, page);
+}
+
+static size_t
+vm_size_bytes (void)
+{
+  FILE *f = fopen ("/proc/self/status", "r");
+  g_assert_nonnull (f);
+  char line[256];
+  size_t kb = 0;
+  while (fgets (line, sizeof line, f))
+    if (sscanf (line, "VmSize: %zu kB", &kb) == 1)
+      break;
+  fclose (f);
+  g_assert_cmpuint (kb, >, 0);
+  return kb * 1024;
+}
+
+/* Under an address-space limit (`ulimit -v`) of 160 MiB past what the
+ * process has mapped, 400 blocks of 270,000 bytes (103 MiB) all fit: with
+ * a 2 MiB chunk mapped for each, the limit was reached after about 80. */
+static void
+test_blocks_fit_address_space_limit (void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+  g_test_skip ("AddressSanitizer maps shadow memory under the same limit");
+  return;
+#endif
+  if (g_getenv ("HT_UNDER_VALGRIND"))
+    {
+      g_test_skip ("valgrind keeps its own address space");
+      return;
+    }
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  enum { N = 400 };
+  static unsigned char *b[N];
+  struct rlimit lim = { vm_size_bytes () + 160 * HT_MiB, RLIM_INFINITY };
+  g_assert_cmpint (setrlimit (RLIMIT_AS, &lim), ==, 0);
+  for (int i = 0; i < N; i++)
+    {
+      b[i] = T (malloc) (SPAN_BLOCK);
+      if (!b[i])
+        g_error ("malloc(%d) number %d failed under an address-space limit of 160 MiB more "
+                 "than the process had mapped", SPAN_BLOCK, i + 1);
+      b[i][0] = (unsigned char) i;
+      b[i][SPAN_BLOCK - 1] = (unsigned char) i;
+    }
+  for (int i = 0; i < N; i++)
+    {
+      g_assert_cmpint (b[i][0], ==, (unsigned char) i);
+      g_assert_cmpint (b[i][SPAN_BLOCK - 1], ==, (unsigned char) i);
+      T (free) (b[i]);
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -240,5 +349,7 @@ main (int argc, char **argv)
   g_test_add_func ("/large/idle-span-purged-on-clock", test_idle_span_purged_on_clock);
   g_test_add_func ("/large/no-clock-keeps-span", test_no_clock_keeps_span);
   g_test_add_func ("/large/cache-scales-with-use", test_cache_scales_with_use);
+  g_test_add_func ("/large/block-maps-only-its-pages", test_block_maps_only_its_pages);
+  g_test_add_func ("/large/blocks-fit-address-space-limit", test_blocks_fit_address_space_limit);
   return g_test_run ();
 }

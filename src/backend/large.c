@@ -66,7 +66,7 @@ static void purge_from(struct hak_large *h, size_t from) {
     size_t pg = hak_os_page_size();
     size_t start = hak_align_up(from > HAK_LARGE_HEADER ? from : HAK_LARGE_HEADER, pg);
     size_t end = hak_align_up(h->dirty, pg);
-    if (end > h->span) end = h->span;
+    if (end > h->mapped) end = h->mapped;
     if (end <= start) return;
     hak_os_purge((char *)h + start, end - start);
     h->dirty = start;
@@ -79,7 +79,7 @@ static void cache_push_locked(struct hak_large *h) {
     h->user = NULL;
     h->next = large.cache;
     large.cache = h;
-    large.cached_bytes += h->span;
+    large.cached_bytes += h->mapped;
 }
 
 /* Takes the cached span *pp out of the cache, for a block; the caller
@@ -87,35 +87,37 @@ static void cache_push_locked(struct hak_large *h) {
 static struct hak_large *cache_unlink_locked(struct hak_large **pp) {
     struct hak_large *h = *pp;
     *pp = h->next;
-    large.cached_bytes -= h->span;
+    large.cached_bytes -= h->mapped;
     large.st.cache_hits++;
     return h;
 }
 
-/* The smallest cached span of at least `span` bytes at this alignment
- * (the most recently freed among equals), out of the cache. */
-static struct hak_large *cache_take(size_t span, size_t align) {
+/* The cached span with the fewest mapped bytes, at least `reach`, at
+ * this alignment (the most recently freed among equals), out of the cache. */
+static struct hak_large *cache_take(size_t reach, size_t align) {
     struct hak_large **best = NULL;
     hak_spin_lock(&large.lock);
     for (struct hak_large **pp = &large.cache; *pp; pp = &(*pp)->next) {
         struct hak_large *h = *pp;
-        if (h->span < span || ((uintptr_t)h & (align - 1)) != 0) continue;
-        if (!best || h->span < (*best)->span) best = pp;
-        if (h->span == span) break;
+        if (h->mapped < reach || ((uintptr_t)h & (align - 1)) != 0) continue;
+        if (!best || h->mapped < (*best)->mapped) best = pp;
+        if (h->mapped == reach) break;
     }
     struct hak_large *h = best ? cache_unlink_locked(best) : NULL;
     hak_spin_unlock(&large.lock);
     return h;
 }
 
-/* Cuts span h (out of the cache) down to `span` bytes; the rest becomes a
- * span of its own, cached, with the same age and its share of the written
- * pages (its header's page at least). */
+/* Cuts span h (out of the cache) down to `span` bytes (it has more
+ * mapped); the rest becomes a span of its own, cached, with the same age
+ * and its share of the written pages (its header's page at least). */
 static void split_off(struct hak_large *h, size_t span) {
     struct hak_large *rest = (struct hak_large *)((char *)h + span);
     hak_track_reuse(rest, sizeof *rest);   /* it lies in the freed block */
     rest->magic = HAK_LARGE_MAGIC;
     rest->span = h->span - span;
+    rest->mapped = h->mapped - span;
+    h->mapped = span;
     rest->usable = 0;
     rest->dirty = h->dirty > span + HAK_PAGE_SIZE ? h->dirty - span : HAK_PAGE_SIZE;
     rest->freed_ms = h->freed_ms;
@@ -153,7 +155,7 @@ static struct hak_large *cache_take_written(size_t align) {
 static struct hak_large *grow_span(struct hak_large *h, size_t span, size_t align) {
     size_t old = h->span;
     hak_chunk_map_clear(h, old);   /* before the pages move: see hak_large_realloc */
-    struct hak_large *n = hak_os_remap_aligned(h, old, span, align);
+    struct hak_large *n = hak_os_remap_aligned(h, h->mapped, span, align);
     if (!n) {
         hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
         hak_spin_lock(&large.lock);
@@ -161,7 +163,7 @@ static struct hak_large *grow_span(struct hak_large *h, size_t span, size_t alig
         hak_spin_unlock(&large.lock);
         return NULL;
     }
-    n->span = span;
+    n->span = n->mapped = span;
     hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
     __atomic_fetch_add(&large.st.grown, 1, __ATOMIC_RELAXED);
     return n;
@@ -176,25 +178,28 @@ void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
     /* spans are chunk aligned; a larger alignment puts the block at offset
      * `align` of an align-aligned span */
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
-    struct hak_large *h = cache_take(span, map_align);
+    struct hak_large *h = cache_take(reach, map_align);
     if (!h && (h = cache_take_written(map_align)) != NULL) h = grow_span(h, span, map_align);
     if (h) {
         /* a span at most a quarter larger (plus a chunk) is taken whole, as
          * a program allocating sizes that vary a little would take it
          * again; a larger one was written by a block of another phase:
          * cut to size, and what it wrote past the new block's end goes back */
-        if (h->span > span + span / 4 + HAK_CHUNK_SIZE) {
+        if (h->mapped > reach + reach / 4 + HAK_CHUNK_SIZE) {
             split_off(h, span);
             if (h->dirty >= reach + HAK_LARGE_SLACK_MAX) purge_from(h, reach);
         }
         span = h->span;
         if (stale) *stale = h->dirty > off ? h->dirty - off : 0;
     } else {
-        h = hak_os_map_aligned(span, map_align);
+        /* the pages the block reaches; the rest of its last chunk stays
+         * unmapped (large.h) */
+        h = hak_os_map_aligned(reach, map_align);
         /* refused: give back what the caches hold and try once more */
         if (!h && (hak_large_release_cache() + hak_ss_pool_release_all()) != 0)
-            h = hak_os_map_aligned(span, map_align);
+            h = hak_os_map_aligned(reach, map_align);
         if (!h) { errno = ENOMEM; return NULL; }
+        h->mapped = reach;
         h->dirty = 0;
         if (stale) *stale = 0;
         hak_chunk_map_set(h, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
@@ -203,7 +208,7 @@ void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
         hak_spin_unlock(&large.lock);
     }
     publish(h, span, align, reach);
-    __atomic_fetch_add(&large.st.live_bytes, span, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&large.st.live_bytes, h->mapped, __ATOMIC_RELAXED);
     __atomic_fetch_add(&large.st.live_spans, 1, __ATOMIC_RELAXED);
     return h->user;
 }
@@ -224,9 +229,9 @@ struct hak_large *hak_large_header(const void *p) {
 static void unmap_list(struct hak_large *list) {
     while (list) {
         struct hak_large *next = list->next;
-        size_t s = list->span;
-        hak_chunk_map_clear(list, s);
-        hak_os_unmap(list, s);
+        size_t mapped = list->mapped;   /* past it, the chunk may hold another mapping */
+        hak_chunk_map_clear(list, list->span);
+        hak_os_unmap(list, mapped);
         __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
         list = next;
     }
@@ -255,14 +260,14 @@ static void cache_put(struct hak_large *h) {
     size_t limit = cache_limit();
     struct hak_large *evict = NULL;
     hak_spin_lock(&large.lock);
-    if (h->span <= limit) {
+    if (h->mapped <= limit) {
         cache_push_locked(h);   /* a second free of the same block no longer matches */
         while (large.cached_bytes > limit) {
             struct hak_large **pp = &large.cache;
             while ((*pp)->next) pp = &(*pp)->next;
             struct hak_large *old = *pp;
             *pp = NULL;
-            large.cached_bytes -= old->span;
+            large.cached_bytes -= old->mapped;
             old->next = evict;
             evict = old;
         }
@@ -277,7 +282,7 @@ static void cache_put(struct hak_large *h) {
 
 void hak_large_free(struct hak_large *h) {
     uint32_t now = hak_os_clock_ms();
-    __atomic_fetch_sub(&large.st.live_bytes, h->span, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&large.st.live_bytes, h->mapped, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&large.st.live_spans, 1, __ATOMIC_RELAXED);
     h->freed_ms = now;
     cache_put(h);
@@ -303,7 +308,7 @@ unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
         struct hak_large *h = *pp;
         if (h->dirty > hak_os_page_size() && now - h->freed_ms >= wait) {
             *pp = h->next;
-            large.cached_bytes -= h->span;
+            large.cached_bytes -= h->mapped;
             h->next = due;
             due = h;
             n++;
@@ -318,7 +323,7 @@ unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
     size_t bytes = 0;
     for (struct hak_large *h = due; h; h = h->next) {
         purge_from(h, HAK_LARGE_HEADER);
-        bytes += h->span;
+        bytes += h->mapped;
         last = h;
     }
     hak_spin_lock(&large.lock);
@@ -333,21 +338,27 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
     size_t off = (size_t)((char *)h->user - (char *)h);
     if (size > SIZE_MAX - off - HAK_CHUNK_SIZE) { errno = ENOMEM; return NULL; }
     size_t span = hak_align_up(size + off, HAK_CHUNK_SIZE), reach = reach_for(off, size);
-    if (span <= h->span) {
+    if (reach <= h->mapped) {
         if (span < h->span) {
             /* shrink in place: give the tail chunks back */
-            size_t old = h->span;
-            hak_chunk_map_clear((char *)h + span, old - span);
-            hak_os_unmap((char *)h + span, old - span);
+            size_t old = h->mapped;
+            hak_chunk_map_clear((char *)h + span, h->span - span);
+            if (old > span) {
+                hak_os_unmap((char *)h + span, old - span);
+                h->mapped = span;
+            }
             h->span = span;
             if (h->dirty > span) h->dirty = span;
-            __atomic_fetch_sub(&large.st.live_bytes, old - span, __ATOMIC_RELAXED);
+            __atomic_fetch_sub(&large.st.live_bytes, old - h->mapped, __ATOMIC_RELAXED);
         }
         h->usable = reach - off;
         if (h->dirty < reach) h->dirty = reach;
         return h->user;
     }
-    size_t old = h->span;
+    /* grown to whole chunks (in place when the rest of the last one is
+     * free, as it mostly is): a block that grows by a little at a time
+     * then moves or remaps once a chunk */
+    size_t old = h->span, old_mapped = h->mapped;
     /* an offset of a chunk or more is the block's own alignment (see
      * user_offset), which the new span must then keep */
     size_t align = off >= HAK_CHUNK_SIZE ? off : HAK_CHUNK_SIZE;
@@ -356,18 +367,18 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
      * be cleared before, never after. (Only this thread can free the block,
      * so nobody looks them up meanwhile.) */
     hak_chunk_map_clear(h, old);
-    struct hak_large *n = hak_os_remap_aligned(h, old, span, align);
+    struct hak_large *n = hak_os_remap_aligned(h, old_mapped, span, align);
     if (!n) {
         hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
         errno = ENOMEM;
         return NULL;
     }
     hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
-    n->span = span;
+    n->span = n->mapped = span;
     n->user = (char *)n + off;
     n->usable = reach - off;
     if (n->dirty < reach) n->dirty = reach;   /* the pages past the old span are new */
-    __atomic_fetch_add(&large.st.live_bytes, span - old, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&large.st.live_bytes, span - old_mapped, __ATOMIC_RELAXED);
     __atomic_fetch_add(&large.st.remaps, 1, __ATOMIC_RELAXED);
     return n->user;
 }

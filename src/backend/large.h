@@ -1,6 +1,11 @@
 /* Large path: requests above HAK_SMALL_MAX get their own span of 2 MiB-aligned
- * chunks, mapped with mmap. The span's header sits at its start; the user
- * block follows at the requested alignment. Freed spans wait in a small
+ * chunks, registered in the chunk map. The span's header sits at its start;
+ * the user block follows at the requested alignment. Only the pages the
+ * block reaches are mapped at first: a 270 KB block whose 2 MiB were all
+ * mapped cost eight times its size in address space and commit charge,
+ * and failed under `ulimit -v` where glibc's did not. The rest of the last
+ * chunk may then hold anything (a file, a stack, glibc's mmap): pointers
+ * there are not hakmem's. Freed spans wait in a small
  * cache for reuse (a larger one is cut to size, the rest stays cached);
  * realloc moves pages with mremap instead of copying. */
 #ifndef HAK_LARGE_H
@@ -12,7 +17,8 @@
 
 struct hak_large {
     uint64_t magic;
-    size_t span;              /* bytes mapped, a multiple of HAK_CHUNK_SIZE */
+    size_t span;              /* bytes of chunks it holds in the chunk map, a multiple of HAK_CHUNK_SIZE */
+    size_t mapped;            /* bytes mapped from its start: pages, at most span */
     void *user;               /* the block handed out; NULL while cached */
     size_t usable;            /* bytes from user to the end of the block's last page */
     struct hak_large *next;   /* cache list */

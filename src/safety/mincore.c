@@ -91,6 +91,8 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
     }
     if (k == HAK_CHUNK_LARGE) {
         struct hak_large *h = (struct hak_large *)base;
+        /* past its mapped pages, the span's last chunk is anyone's (large.h) */
+        if (a - base >= h->mapped) return HAK_PTR_FOREIGN;
         if (h->user != p) {
             info->reason = h->user ? HAK_REASON_INTERIOR : HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;

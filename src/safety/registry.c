@@ -33,6 +33,8 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
     case HAK_CHUNK_LARGE:
     case HAK_CHUNK_LARGE_TAIL: {
         struct hak_large *h = hak_large_header(p);
+        /* past its mapped pages, the span's last chunk is anyone's (large.h) */
+        if (h && (uintptr_t)p - (uintptr_t)h >= h->mapped) return HAK_PTR_FOREIGN;
         if (!h || (check_block && h->user != p)) {
             /* a freed span in the cache keeps its header with user == NULL */
             info->reason = (h && !h->user && (uintptr_t)p - (uintptr_t)h < HAK_CHUNK_SIZE)
