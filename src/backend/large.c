@@ -6,6 +6,7 @@
 #include "core/track.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #define HAK_LARGE_HEADER 64
@@ -22,6 +23,14 @@ _Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits be
  * version that purged on every reuse ran random sizes of 0.3-2 MiB at 0.4
  * of the speed. */
 #define HAK_LARGE_SLACK_MAX ((size_t)1 << 19)
+
+unsigned hak_large_readers;
+
+/* After a span left the chunk map, before its pages go or move (large.h). */
+static void readers_wait(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&hak_large_readers, __ATOMIC_ACQUIRE)) sched_yield();
+}
 
 static struct {
     hak_spinlock_t lock;
@@ -155,6 +164,7 @@ static struct hak_large *cache_take_written(size_t align) {
 static struct hak_large *grow_span(struct hak_large *h, size_t span, size_t align) {
     size_t old = h->span;
     hak_chunk_map_clear(h, old);   /* before the pages move: see hak_large_realloc */
+    readers_wait();
     struct hak_large *n = hak_os_remap_aligned(h, h->mapped, span, align);
     if (!n) {
         hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
@@ -167,6 +177,23 @@ static struct hak_large *grow_span(struct hak_large *h, size_t span, size_t alig
     hak_chunk_map_set(n, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
     __atomic_fetch_add(&large.st.grown, 1, __ATOMIC_RELAXED);
     return n;
+}
+
+/* A new span of `span` bytes at this alignment with only the pages the
+ * block reaches mapped (large.h). The whole span is mapped first, then
+ * its tail unmapped: the kernel puts a mapping of whole chunks right below
+ * the last one, aligned, where one of `reach` bytes went into the top of
+ * the previous span's unmapped rest, unaligned, and took an over-sized
+ * mapping and two unmaps more (400 live blocks of 270,000 B: 2,192 map
+ * calls, against 992 this way; found by review). */
+static struct hak_large *map_span(size_t span, size_t reach, size_t align) {
+    struct hak_large *h = hak_os_map_aligned(span, align);
+    if (!h) return NULL;
+    size_t mapped = hak_align_up(reach, hak_os_page_size());
+    if (mapped > span) mapped = span;
+    if (mapped < span) hak_os_unmap((char *)h + mapped, span - mapped);
+    h->mapped = mapped;
+    return h;
 }
 
 void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
@@ -192,14 +219,11 @@ void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
         span = h->span;
         if (stale) *stale = h->dirty > off ? h->dirty - off : 0;
     } else {
-        /* the pages the block reaches; the rest of its last chunk stays
-         * unmapped (large.h) */
-        h = hak_os_map_aligned(reach, map_align);
+        h = map_span(span, reach, map_align);
         /* refused: give back what the caches hold and try once more */
         if (!h && (hak_large_release_cache() + hak_ss_pool_release_all()) != 0)
-            h = hak_os_map_aligned(reach, map_align);
+            h = map_span(span, reach, map_align);
         if (!h) { errno = ENOMEM; return NULL; }
-        h->mapped = reach;
         h->dirty = 0;
         if (stale) *stale = 0;
         hak_chunk_map_set(h, span, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);
@@ -227,11 +251,12 @@ struct hak_large *hak_large_header(const void *p) {
 
 /* Unmaps the spans of list (out of the cache, linked by next). */
 static void unmap_list(struct hak_large *list) {
+    if (!list) return;
+    for (struct hak_large *h = list; h; h = h->next) hak_chunk_map_clear(h, h->span);
+    readers_wait();
     while (list) {
         struct hak_large *next = list->next;
-        size_t mapped = list->mapped;   /* past it, the chunk may hold another mapping */
-        hak_chunk_map_clear(list, list->span);
-        hak_os_unmap(list, mapped);
+        hak_os_unmap(list, list->mapped);   /* past it, the chunk may hold another mapping */
         __atomic_fetch_add(&large.st.unmapped, 1, __ATOMIC_RELAXED);
         list = next;
     }
@@ -367,6 +392,7 @@ void *hak_large_realloc(struct hak_large *h, size_t size) {
      * be cleared before, never after. (Only this thread can free the block,
      * so nobody looks them up meanwhile.) */
     hak_chunk_map_clear(h, old);
+    readers_wait();
     struct hak_large *n = hak_os_remap_aligned(h, old_mapped, span, align);
     if (!n) {
         hak_chunk_map_set(h, old, HAK_CHUNK_LARGE, HAK_CHUNK_LARGE_TAIL);

@@ -29,6 +29,21 @@ struct hak_large {
     uint32_t freed_ms;        /* when it entered the cache (hak_os_clock_ms) */
 };
 
+/* Threads reading a span's header to classify a pointer in its chunks.
+ * A pointer in the unmapped rest of a span's last chunk is someone else's
+ * and may be freed while the span goes away, so a span that is unmapped or
+ * moved first leaves the chunk map, then waits until no reader is left
+ * (hak_large_readers_wait): a reader that still found it in the map reads
+ * a header whose pages are there. Large blocks' frees only. */
+HAK_DATA unsigned hak_large_readers;
+static inline void hak_large_read_begin(void) {
+    __atomic_fetch_add(&hak_large_readers, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* before the chunk map is read again */
+}
+static inline void hak_large_read_end(void) {
+    __atomic_fetch_sub(&hak_large_readers, 1, __ATOMIC_RELEASE);
+}
+
 /* *stale (when not NULL) is how many of the block's first bytes may hold
  * old data (a span from the cache); the rest, and a fresh mapping, read
  * as zeros. */

@@ -66,6 +66,23 @@ static unsigned chunk_entry_cached(uintptr_t base) {
     return k;
 }
 
+/* p against the span whose header the probe found at chunk b; the caller
+ * counts itself a reader (backend/large.h). The span's header is read
+ * only if the chunk map still gives it b: a span that left the map is
+ * going away and holds no block, and what lies past its mapped pages
+ * (large.h) is someone else's. */
+static enum hak_ptr_kind classify_at_header(const void *p, uintptr_t b, struct hak_ptr_info *info) {
+    if (hak_chunk_kind((const void *)b) != HAK_CHUNK_LARGE) return HAK_PTR_FOREIGN;
+    const struct hak_large *h = (const struct hak_large *)b;
+    if ((uintptr_t)p - b >= h->mapped) return HAK_PTR_FOREIGN;
+    if (h->user != p) {
+        info->reason = h->user ? HAK_REASON_INTERIOR : HAK_REASON_DOUBLE;
+        return HAK_PTR_INVALID;
+    }
+    info->large = (struct hak_large *)h;
+    return HAK_PTR_LARGE;
+}
+
 static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *info) {
     uintptr_t a = (uintptr_t)p;
     if (a >> HAK_ADDR_BITS) return HAK_PTR_FOREIGN;
@@ -82,23 +99,18 @@ static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *in
             unsigned back = chunk_entry_cached(b);
             if (back == MAPPED_OTHER) continue;
             if (back != HAK_CHUNK_LARGE) break;
-            struct hak_large *h = (struct hak_large *)b;
-            if (h->user != p) break;
-            info->large = h;
-            return HAK_PTR_LARGE;
+            hak_large_read_begin();
+            enum hak_ptr_kind r = classify_at_header(p, b, info);
+            hak_large_read_end();
+            return r == HAK_PTR_LARGE ? r : HAK_PTR_FOREIGN;
         }
         return HAK_PTR_FOREIGN;
     }
     if (k == HAK_CHUNK_LARGE) {
-        struct hak_large *h = (struct hak_large *)base;
-        /* past its mapped pages, the span's last chunk is anyone's (large.h) */
-        if (a - base >= h->mapped) return HAK_PTR_FOREIGN;
-        if (h->user != p) {
-            info->reason = h->user ? HAK_REASON_INTERIOR : HAK_REASON_DOUBLE;
-            return HAK_PTR_INVALID;
-        }
-        info->large = h;
-        return HAK_PTR_LARGE;
+        hak_large_read_begin();
+        enum hak_ptr_kind r = classify_at_header(p, base, info);
+        hak_large_read_end();
+        return r;
     }
     return hak_classify_in_chunk(p, k, 1, info);
 }

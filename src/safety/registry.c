@@ -6,6 +6,26 @@
 #include "backend/large.h"
 #include "backend/superslab.h"
 
+/* p lies in a chunk the map gave to a large span; the caller counts
+ * itself a reader (large.h). With no header found now, the span has left
+ * the map (or is leaving it, chunk by chunk) since the caller looked: it
+ * is going away, p is no block of it (only its owner frees a live block),
+ * and p belongs to whatever lies in the rest of its last chunk. */
+static enum hak_ptr_kind classify_large(const void *p, int check_block, struct hak_ptr_info *info) {
+    struct hak_large *h = hak_large_header(p);
+    if (!h) return HAK_PTR_FOREIGN;
+    /* past its mapped pages, the span's last chunk is anyone's (large.h) */
+    if ((uintptr_t)p - (uintptr_t)h >= h->mapped) return HAK_PTR_FOREIGN;
+    if (check_block && h->user != p) {
+        /* a freed span in the cache keeps its header with user == NULL */
+        info->reason = (!h->user && (uintptr_t)p - (uintptr_t)h < HAK_CHUNK_SIZE) ? HAK_REASON_DOUBLE
+                                                                                  : HAK_REASON_INTERIOR;
+        return HAK_PTR_INVALID;
+    }
+    info->large = h;
+    return HAK_PTR_LARGE;
+}
+
 enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
                                         int check_block, struct hak_ptr_info *info) {
     switch (hak_entry_kind(chunk_entry)) {
@@ -32,17 +52,10 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
     }
     case HAK_CHUNK_LARGE:
     case HAK_CHUNK_LARGE_TAIL: {
-        struct hak_large *h = hak_large_header(p);
-        /* past its mapped pages, the span's last chunk is anyone's (large.h) */
-        if (h && (uintptr_t)p - (uintptr_t)h >= h->mapped) return HAK_PTR_FOREIGN;
-        if (!h || (check_block && h->user != p)) {
-            /* a freed span in the cache keeps its header with user == NULL */
-            info->reason = (h && !h->user && (uintptr_t)p - (uintptr_t)h < HAK_CHUNK_SIZE)
-                               ? HAK_REASON_DOUBLE : HAK_REASON_INTERIOR;
-            return HAK_PTR_INVALID;
-        }
-        info->large = h;
-        return HAK_PTR_LARGE;
+        hak_large_read_begin();
+        enum hak_ptr_kind k = classify_large(p, check_block, info);
+        hak_large_read_end();
+        return k;
     }
     default:
         return HAK_PTR_FOREIGN;
