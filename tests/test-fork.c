@@ -618,6 +618,63 @@ test_fork_from_several_threads (void)
     pthread_join (w[i], NULL);
 }
 
+/* A thread asks a large block's size again and again (each call reads
+ * its span's header counted as a reader, backend/large.h) while the main
+ * thread forks. The child frees large blocks with no cache, so each free
+ * unmaps a span, which waits for the readers first: a count inherited
+ * from a fork that landed in the parent's counted section made the child
+ * wait for a thread it does not have (found by the suite: the child of
+ * /fork/with-allocating-threads hung once). */
+enum { ASKED_SIZE = 300 * 1024, ASKED_FORKS = 40 };
+static void *asked_block;
+
+static void *
+asking_sizes (void *arg)
+{
+  (void) arg;
+  g_atomic_int_inc (&threads_entered);
+  while (!g_atomic_int_get (&stop_workers))
+    if (T (malloc_usable_size) (asked_block) < ASKED_SIZE)
+      g_error ("malloc_usable_size of a %d-byte block is too small", ASKED_SIZE);
+  return NULL;
+}
+
+static void
+test_fork_while_large_sizes_asked (void)
+{
+  g_setenv ("HAKMEM_LARGE_CACHE_MB", "0", TRUE);
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  asked_block = T (malloc) (ASKED_SIZE);
+  g_assert_nonnull (asked_block);
+  pthread_t t;
+  g_atomic_int_set (&stop_workers, 0);
+  g_atomic_int_set (&threads_entered, 0);
+  parent_has_threads = TRUE;
+  g_assert_cmpint (pthread_create (&t, NULL, asking_sizes, NULL), ==, 0);
+  wait_threads_entered (1);
+  for (int it = 0; it < ASKED_FORKS; it++)
+    {
+      pid_t pid = fork_flushed ();
+      if (pid == 0)
+        {
+          for (int k = 0; k < 4; k++)
+            {
+              unsigned char *b = T (malloc) (ASKED_SIZE + (size_t) k * 4096);
+              if (!b)
+                _exit (CHILD_ALLOC_FAILED);
+              b[0] = 1;
+              T (free) (b);
+            }
+          _exit (CHILD_OK);
+        }
+      wait_child (pid, it);
+    }
+  g_atomic_int_set (&stop_workers, 1);
+  pthread_join (t, NULL);
+  T (free) (asked_block);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -629,6 +686,7 @@ main (int argc, char **argv)
   g_test_add_func ("/fork/while-threads-start", test_fork_while_threads_start);
   g_test_add_func ("/fork/other-handlers-allocate", test_fork_other_handlers_allocate);
   g_test_add_func ("/fork/from-several-threads-at-once", test_fork_from_several_threads);
+  g_test_add_func ("/fork/while-large-sizes-asked", test_fork_while_large_sizes_asked);
 
   return g_test_run ();
 }

@@ -422,7 +422,13 @@ size_t hak_large_release_cache(void) {
 
 void hak_large_fork_prepare(void) { hak_spin_lock(&large.lock); }
 void hak_large_fork_parent(void) { hak_spin_unlock(&large.lock); }
-void hak_large_fork_child(void) { hak_spin_unlock(&large.lock); }
+/* Threads that were reading a span header when another forked do not
+ * exist in the child, and their count would make its every unmap wait
+ * for good (the forking thread, running this, reads none). */
+void hak_large_fork_child(void) {
+    __atomic_store_n(&hak_large_readers, 0, __ATOMIC_RELAXED);
+    hak_spin_unlock(&large.lock);
+}
 
 void hak_large_stats(struct hak_large_stats *out) {
     hak_spin_lock(&large.lock);
