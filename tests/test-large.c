@@ -9,6 +9,9 @@
  * in a fresh process, so that no other test's spans are in the cache. */
 #include "hakmem-test.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -286,6 +289,104 @@ test_block_maps_only_its_pages (void)
   munmap (q, page);
 }
 
+/* The page after a block's last one, mapped by someone else and made into
+ * a glibc-style mmapped chunk, asked its size by another thread again and
+ * again while the block is freed and its span unmapped (no cache): the
+ * answer must come from glibc every time. hakmem once read the span's
+ * header to tell, and read it as the span went away: it called the chunk
+ * an interior pointer and aborted, or crashed (found by review). */
+enum { RACE_ROUNDS = 20000 };
+static unsigned char *_Atomic race_chunk;   /* the chunk's user pointer, or NULL between rounds */
+static atomic_int race_busy, race_stop;
+static atomic_ulong race_calls;
+
+static void *
+race_reader (void *arg)
+{
+  size_t expect = *(const size_t *) arg;
+  while (!atomic_load (&race_stop))
+    {
+      unsigned char *q = atomic_load (&race_chunk);
+      if (!q)
+        {
+          sched_yield ();
+          continue;
+        }
+      /* busy, then the chunk again: the writer, which clears the chunk
+       * and then waits for busy to drop, unmaps it only once no call on
+       * it can be under way */
+      atomic_store (&race_busy, 1);
+      if (atomic_load (&race_chunk) == q)
+        {
+          size_t u = T (malloc_usable_size) (q);
+          if (u != expect)
+            g_error ("malloc_usable_size of glibc's chunk %p gave %zu, expected %zu", (void *) q, u,
+                     expect);
+          atomic_fetch_add (&race_calls, 1);
+        }
+      atomic_store (&race_busy, 0);
+    }
+  return NULL;
+}
+
+static void
+test_foreign_chunk_while_span_goes (void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+  g_test_skip ("AddressSanitizer's malloc_usable_size takes no glibc chunk");
+  return;
+#endif
+  if (g_getenv ("HT_UNDER_VALGRIND"))
+    {
+      g_test_skip ("memcheck's malloc_usable_size takes no glibc chunk");
+      return;
+    }
+  g_setenv ("HAKMEM_LARGE_CACHE_MB", "0", TRUE);   /* a freed span is unmapped at once */
+  if (!ht_in_process_with_decay (NULL))
+    return;
+  const size_t page = PAGE;
+  size_t expect = page - 2 * sizeof (size_t);   /* glibc: an mmapped chunk's size less its header */
+  pthread_t reader;
+  g_assert_cmpint (pthread_create (&reader, NULL, race_reader, &expect), ==, 0);
+  unsigned long rounds = 0;
+  gint64 deadline = g_get_monotonic_time () + 3 * G_USEC_PER_SEC;
+  for (int r = 0; r < RACE_ROUNDS; r++)
+    {
+      unsigned char *p = T (malloc) (SPAN_BLOCK);
+      g_assert_nonnull (p);
+      uintptr_t end = ((uintptr_t) p + SPAN_BLOCK + page - 1) & ~(uintptr_t) (page - 1);
+      size_t *c = mmap ((void *) end, page, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (c == MAP_FAILED || c != (size_t *) end)
+        {
+          if (c != MAP_FAILED)
+            munmap (c, page);
+          T (free) (p);
+          continue;
+        }
+      c[0] = 0;
+      c[1] = page | 2;
+      unsigned long before = atomic_load (&race_calls);
+      atomic_store (&race_chunk, (unsigned char *) (c + 2));
+      for (unsigned spins = 0; atomic_load (&race_calls) == before; spins++)   /* the reader is at it */
+        if (spins % 1024 == 1023)
+          sched_yield ();
+      T (free) (p);
+      atomic_store (&race_chunk, NULL);
+      for (unsigned spins = 0; atomic_load (&race_busy); spins++)   /* done with the chunk */
+        if (spins % 1024 == 1023)
+          sched_yield ();
+      munmap (c, page);
+      rounds++;
+      if (g_get_monotonic_time () > deadline)   /* a loaded machine: fewer rounds */
+        break;
+    }
+  atomic_store (&race_stop, 1);
+  g_assert_cmpint (pthread_join (reader, NULL), ==, 0);
+  g_test_message ("%lu rounds, %lu calls", rounds, (unsigned long) atomic_load (&race_calls));
+  g_assert_cmpuint (rounds, >=, 100);
+}
+
 static size_t
 vm_size_bytes (void)
 {
@@ -351,5 +452,6 @@ main (int argc, char **argv)
   g_test_add_func ("/large/cache-scales-with-use", test_cache_scales_with_use);
   g_test_add_func ("/large/block-maps-only-its-pages", test_block_maps_only_its_pages);
   g_test_add_func ("/large/blocks-fit-address-space-limit", test_blocks_fit_address_space_limit);
+  g_test_add_func ("/large/foreign-chunk-while-span-goes", test_foreign_chunk_while_span_goes);
   return g_test_run ();
 }
