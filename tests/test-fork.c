@@ -93,6 +93,19 @@ wait_threads_entered (int n)
  * thread instead. */
 static gboolean parent_has_threads;
 
+/* Starts n of the parent's threads running fn (argument: seed + i) and
+ * waits until each has entered it. */
+static void
+start_parent_threads (pthread_t *t, int n, void *(*fn) (void *), gsize seed)
+{
+  g_atomic_int_set (&stop_workers, 0);
+  g_atomic_int_set (&threads_entered, 0);
+  parent_has_threads = TRUE;
+  for (int i = 0; i < n; i++)
+    g_assert_cmpint (pthread_create (&t[i], NULL, fn, GSIZE_TO_POINTER (seed + (gsize) i)), ==, 0);
+  wait_threads_entered (n);
+}
+
 static size_t
 mixed_size (uint64_t *rng)
 {
@@ -411,14 +424,8 @@ test_fork_with_threads (void)
 {
   pthread_t t[WORKERS];
 
-  g_atomic_int_set (&stop_workers, 0);
-  g_atomic_int_set (&threads_entered, 0);
-  parent_has_threads = TRUE;
-  for (int i = 0; i < WORKERS; i++)
-    g_assert_cmpint (pthread_create (&t[i], NULL, worker,
-                                     GSIZE_TO_POINTER ((gsize) i + 1)), ==, 0);
+  start_parent_threads (t, WORKERS, worker, 1);
   /* Let the workers get going so that forks land mid-allocation. */
-  wait_threads_entered (WORKERS);
   g_usleep (20000);
   fork_many (FORKS);
   g_atomic_int_set (&stop_workers, 1);
@@ -446,13 +453,7 @@ test_fork_from_thread (void)
 {
   pthread_t t[WORKERS], f;
 
-  g_atomic_int_set (&stop_workers, 0);
-  g_atomic_int_set (&threads_entered, 0);
-  parent_has_threads = TRUE;
-  for (int i = 0; i < WORKERS; i++)
-    g_assert_cmpint (pthread_create (&t[i], NULL, worker,
-                                     GSIZE_TO_POINTER ((gsize) i + 100)), ==, 0);
-  wait_threads_entered (WORKERS);
+  start_parent_threads (t, WORKERS, worker, 100);
   g_usleep (10000);
   g_assert_cmpint (pthread_create (&f, NULL, forking_thread, NULL), ==, 0);
   pthread_join (f, NULL);
@@ -601,13 +602,7 @@ test_fork_from_several_threads (void)
 {
   pthread_t w[ALLOCATING_THREADS], f[FORKING_THREADS];
 
-  g_atomic_int_set (&stop_workers, 0);
-  g_atomic_int_set (&threads_entered, 0);
-  parent_has_threads = TRUE;
-  for (int i = 0; i < ALLOCATING_THREADS; i++)
-    g_assert_cmpint (pthread_create (&w[i], NULL, worker,
-                                     GSIZE_TO_POINTER ((gsize) i + 500)), ==, 0);
-  wait_threads_entered (ALLOCATING_THREADS);
+  start_parent_threads (w, ALLOCATING_THREADS, worker, 500);
   for (int i = 0; i < FORKING_THREADS; i++)
     g_assert_cmpint (pthread_create (&f[i], NULL, forking_at_once,
                                      GINT_TO_POINTER (1000 * (i + 1))), ==, 0);
@@ -648,11 +643,7 @@ test_fork_while_large_sizes_asked (void)
   asked_block = T (malloc) (ASKED_SIZE);
   g_assert_nonnull (asked_block);
   pthread_t t;
-  g_atomic_int_set (&stop_workers, 0);
-  g_atomic_int_set (&threads_entered, 0);
-  parent_has_threads = TRUE;
-  g_assert_cmpint (pthread_create (&t, NULL, asking_sizes, NULL), ==, 0);
-  wait_threads_entered (1);
+  start_parent_threads (&t, 1, asking_sizes, 0);
   for (int it = 0; it < ASKED_FORKS; it++)
     {
       pid_t pid = fork_flushed ();

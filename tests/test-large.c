@@ -234,6 +234,18 @@ test_cache_scales_with_use (void)
     T (free) (keep[i]);
 }
 
+/* AddressSanitizer and valgrind's memcheck each replace glibc's malloc
+ * and keep address space of their own. */
+static gboolean
+under_sanitizer_or_valgrind (void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+  return TRUE;
+#else
+  return g_getenv ("HT_UNDER_VALGRIND") != NULL;
+#endif
+}
+
 /* A block above the small sizes maps the pages it reaches, not the rest of
  * its last 2 MiB chunk (backend/large.h): the page after the block's last
  * one is free for anyone to map, and a pointer into such a mapping is not
@@ -270,8 +282,7 @@ test_block_maps_only_its_pages (void)
   g_assert_true (ht_all_bytes (p, SPAN_BLOCK, 0x5C));
   T (free) (p);   /* its pages go, the mapping after them stays */
   g_assert_true (ht_all_bytes (q, page, 0x11));
-#if !defined(__SANITIZE_ADDRESS__)
-  if (!g_getenv ("HT_UNDER_VALGRIND"))   /* both replace glibc's free */
+  if (!under_sanitizer_or_valgrind ())   /* both replace glibc's free */
     {
       /* The page made into what glibc's free takes for one of its mmapped
        * blocks (no previous size, the page's size with the mmapped bit):
@@ -285,7 +296,6 @@ test_block_maps_only_its_pages (void)
       g_assert_cmpint (mincore (q, page, &vec), ==, -1);   /* ENOMEM: unmapped */
       return;
     }
-#endif
   munmap (q, page);
 }
 
@@ -332,13 +342,9 @@ race_reader (void *arg)
 static void
 test_foreign_chunk_while_span_goes (void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-  g_test_skip ("AddressSanitizer's malloc_usable_size takes no glibc chunk");
-  return;
-#endif
-  if (g_getenv ("HT_UNDER_VALGRIND"))
+  if (under_sanitizer_or_valgrind ())
     {
-      g_test_skip ("memcheck's malloc_usable_size takes no glibc chunk");
+      g_test_skip ("AddressSanitizer's or memcheck's malloc_usable_size takes no glibc chunk");
       return;
     }
   g_setenv ("HAKMEM_LARGE_CACHE_MB", "0", TRUE);   /* a freed span is unmapped at once */
@@ -408,13 +414,10 @@ vm_size_bytes (void)
 static void
 test_blocks_fit_address_space_limit (void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-  g_test_skip ("AddressSanitizer maps shadow memory under the same limit");
-  return;
-#endif
-  if (g_getenv ("HT_UNDER_VALGRIND"))
+  if (under_sanitizer_or_valgrind ())
     {
-      g_test_skip ("valgrind keeps its own address space");
+      g_test_skip ("AddressSanitizer's shadow memory or valgrind's own address space is under the "
+                   "same limit");
       return;
     }
   if (!ht_in_process_with_decay (NULL))

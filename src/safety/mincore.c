@@ -69,18 +69,10 @@ static unsigned chunk_entry_cached(uintptr_t base) {
 /* p against the span whose header the probe found at chunk b; the caller
  * counts itself a reader (backend/large.h). The span's header is read
  * only if the chunk map still gives it b: a span that left the map is
- * going away and holds no block, and what lies past its mapped pages
- * (large.h) is someone else's. */
+ * going away and holds no block. */
 static enum hak_ptr_kind classify_at_header(const void *p, uintptr_t b, struct hak_ptr_info *info) {
     if (hak_chunk_kind((const void *)b) != HAK_CHUNK_LARGE) return HAK_PTR_FOREIGN;
-    const struct hak_large *h = (const struct hak_large *)b;
-    if ((uintptr_t)p - b >= h->mapped) return HAK_PTR_FOREIGN;
-    if (h->user != p) {
-        info->reason = h->user ? HAK_REASON_INTERIOR : HAK_REASON_DOUBLE;
-        return HAK_PTR_INVALID;
-    }
-    info->large = (struct hak_large *)h;
-    return HAK_PTR_LARGE;
+    return hak_classify_at_span(p, (const struct hak_large *)b, 1, info);
 }
 
 static enum hak_ptr_kind mincore_classify(const void *p, struct hak_ptr_info *info) {

@@ -6,14 +6,8 @@
 #include "backend/large.h"
 #include "backend/superslab.h"
 
-/* p lies in a chunk the map gave to a large span; the caller counts
- * itself a reader (large.h). With no header found now, the span has left
- * the map (or is leaving it, chunk by chunk) since the caller looked: it
- * is going away, p is no block of it (only its owner frees a live block),
- * and p belongs to whatever lies in the rest of its last chunk. */
-static enum hak_ptr_kind classify_large(const void *p, int check_block, struct hak_ptr_info *info) {
-    struct hak_large *h = hak_large_header(p);
-    if (!h) return HAK_PTR_FOREIGN;
+enum hak_ptr_kind hak_classify_at_span(const void *p, const struct hak_large *h, int check_block,
+                                       struct hak_ptr_info *info) {
     /* past its mapped pages, the span's last chunk is anyone's (large.h) */
     if ((uintptr_t)p - (uintptr_t)h >= h->mapped) return HAK_PTR_FOREIGN;
     if (check_block && h->user != p) {
@@ -22,8 +16,18 @@ static enum hak_ptr_kind classify_large(const void *p, int check_block, struct h
                                                                                   : HAK_REASON_INTERIOR;
         return HAK_PTR_INVALID;
     }
-    info->large = h;
+    info->large = (struct hak_large *)h;
     return HAK_PTR_LARGE;
+}
+
+/* p lies in a chunk the map gave to a large span; the caller counts
+ * itself a reader (large.h). With no header found now, the span has left
+ * the map (or is leaving it, chunk by chunk) since the caller looked: it
+ * is going away, p is no block of it (only its owner frees a live block),
+ * and p belongs to whatever lies in the rest of its last chunk. */
+static enum hak_ptr_kind classify_large(const void *p, int check_block, struct hak_ptr_info *info) {
+    struct hak_large *h = hak_large_header(p);
+    return h ? hak_classify_at_span(p, h, check_block, info) : HAK_PTR_FOREIGN;
 }
 
 enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,

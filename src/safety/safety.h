@@ -43,7 +43,10 @@ HAK_DATA const struct hak_safety_ops *hak_safety;
 
 /* The checks shared by the boxes once a chunk's map entry is known:
  * SuperSlab block start in a live run, or the exact user pointer of a large
- * span. */
+ * span (hak_classify_at_span, once its header is found; the caller counts
+ * itself a reader, backend/large.h). */
+enum hak_ptr_kind hak_classify_at_span(const void *p, const struct hak_large *h, int check_block,
+                                       struct hak_ptr_info *info);
 enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
                                         int check_block, struct hak_ptr_info *info);
 
