@@ -66,13 +66,15 @@ uint32_t hak_os_clock_ms(void) {
 
 static size_t os_page;   /* 0: not asked yet */
 
-/* The kernel's page size, asked the first time only (a call into libc
- * that most programs, which never hollow a run nor purge a pool
- * SuperSlab, do without). */
+/* The kernel's page size, asked the first time only. getpagesize, not
+ * sysconf: it returns what the dynamic linker already holds, while
+ * sysconf runs through a table in a part of libc's read-only data that
+ * a program may never touch otherwise (a 64 KiB window of resident file
+ * pages; docs/PERFORMANCE.md, sessions 23 and 25). */
 size_t hak_os_page_size(void) {
     size_t pg = __atomic_load_n(&os_page, __ATOMIC_RELAXED);
     if (!pg) {
-        long v = sysconf(_SC_PAGESIZE);
+        long v = getpagesize();
         pg = v > 0 ? (size_t)v : HAK_PAGE_SIZE;
         __atomic_store_n(&os_page, pg, __ATOMIC_RELAXED);
     }

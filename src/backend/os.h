@@ -21,7 +21,7 @@ void *hak_os_meta_alloc(size_t size);
 /* A coarse monotonic clock in milliseconds (the vDSO's, no system call;
  * a few ms of resolution), wrapping: compare with (int32_t)(a - b). */
 uint32_t hak_os_clock_ms(void);
-/* The kernel's page size (sysconf, asked once). */
+/* The kernel's page size (getpagesize, asked once). */
 size_t hak_os_page_size(void);
 /* 1 when the kernel's page is HAK_PAGE_SIZE: only then may single pages
  * inside a run go back (hollow runs). Whole slabs go back whatever the

@@ -1,12 +1,11 @@
 #include "core/init.h"
+#include "core/fork.h"
 #include "core/options.h"
 #include "core/tls.h"
 #include "front/front.h"
 #include "safety/safety.h"
 #include "backend/chunk_map.h"
 #include "backend/heap.h"
-#include "backend/large.h"
-#include "backend/os.h"
 #include "backend/superslab.h"
 
 #include <pthread.h>
@@ -49,9 +48,6 @@ static const struct hak_safety_ops *const safeties[] = {
 };
 
 static void thread_exit(void *arg);
-static void fork_prepare(void);
-static void fork_parent(void);
-static void fork_child(void);
 
 void hak_init_slow(void) {
     hak_spin_lock(&init_lock);
@@ -79,10 +75,8 @@ void hak_init_slow(void) {
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);
     hak_spin_unlock(&init_lock);
 
-    /* These may allocate, which is fine now. */
-    if (pthread_atfork(fork_prepare, fork_parent, fork_child))
-        hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread is in "
-                "the allocator may hang\n");
+    /* May allocate, which is fine now. */
+    hak_fork_at_init();
     if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
 }
 
@@ -114,28 +108,6 @@ static void thread_exit(void *arg) {
     t->state = 2;
     hak_heap_abandon(t->heap);
     t->heap = NULL;
-}
-
-/* fork(): hold every global lock across it so the child never inherits one
- * taken by a thread that does not exist there. Per-thread heaps need no
- * lock; those of threads that vanish in the child are simply never used. */
-static void fork_prepare(void) {
-    hak_heap_fork_prepare();
-    hak_ss_fork_prepare();
-    hak_large_fork_prepare();
-    hak_os_fork_prepare();
-}
-static void fork_parent(void) {
-    hak_os_fork_parent();
-    hak_large_fork_parent();
-    hak_ss_fork_parent();
-    hak_heap_fork_parent();
-}
-static void fork_child(void) {
-    hak_os_fork_child();
-    hak_large_fork_child();
-    hak_ss_fork_child();
-    hak_heap_fork_child();
 }
 
 /* Programs that never allocate still get their options read (and verbose

@@ -2,6 +2,7 @@
  * paths (refill, flush, remote free, mapping), so they cost nothing on a hit
  * and need no switch; the option only decides whether they are printed. */
 #include "hakmem.h"
+#include "core/fork.h"
 #include "core/init.h"
 #include "core/options.h"
 #include "backend/heap.h"
@@ -62,6 +63,12 @@ HAK_EXPORT void hak_print_stats(void) {
             "remaps %zu; purge calls %zu; live %zu KiB, cached %zu KiB\n",
             lg.mapped, lg.unmapped, lg.cache_hits, lg.splits, lg.grown, lg.remaps, lg.purges, lg.live_bytes >> 10,
             lg.cached_bytes >> 10);
+    static const char *const fork_states[] = {
+        [HAK_FORK_NOT_YET] = "not registered (no fork and no other handlers yet)",
+        [HAK_FORK_REGISTERED] = "registered",
+        [HAK_FORK_FAILED] = "registration failed",
+    };
+    hak_log("hakmem: fork handlers: %s\n", fork_states[hak_fork_handlers_state()]);
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         if (s->class_refills[c])
             hak_log("hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,

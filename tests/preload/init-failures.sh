@@ -1,16 +1,19 @@
 #!/bin/sh
-# hakmem when its init's pthread_key_create and pthread_atfork fail:
+# hakmem when pthread_key_create (at init) and the registration of its fork
+# handlers (at the first fork) fail:
 #
 #   init-failures.sh SHIM PROGRAM LIBHAKMEM
 #
 # Runs PROGRAM (init-failures.c) with SHIM (init-shim.c, which makes both
-# calls fail) preloaded ahead of LIBHAKMEM. Passes when the program exits
-# 0 with "ok" on stdout and hakmem's stderr names both failures, once each.
+# calls fail) preloaded after LIBHAKMEM, so that the __register_atfork
+# hakmem passes its registration on to is the shim's. Passes when the
+# program exits 0 with "ok" on stdout and hakmem's stderr names both
+# failures, once each.
 set -u
 shim=$1 prog=$2 lib=$3
 err=$(mktemp) || exit 1
 trap 'rm -f "$err"' EXIT
-out=$(LD_PRELOAD="$shim $lib" "$prog" 2>"$err")
+out=$(LD_PRELOAD="$lib $shim" "$prog" 2>"$err")
 status=$?
 cat "$err" >&2
 [ "$status" -eq 0 ] || { echo "FAIL: exit status $status" >&2; exit 1; }

@@ -1,8 +1,8 @@
-/* Preloaded ahead of libhakmem.so by init-failures.sh: the two calls
- * hakmem's init makes into the thread library fail, as they do in a
- * process out of thread-specific keys or out of memory. pthread_atfork
- * itself is linked into each library from libc_nonshared.a, so the call
- * to fail is the one it makes, __register_atfork. Every
+/* Preloaded after libhakmem.so by init-failures.sh: the two calls hakmem
+ * makes into the thread library fail, as they do in a process out of
+ * thread-specific keys or out of memory. hakmem registers its fork
+ * handlers with the __register_atfork that comes after its own (see
+ * core/fork_interpose.c), so this one's, which fails. Every
  * pthread_key_create made through the dynamic linker fails. */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -1,0 +1,18 @@
+/* Fork handlers registered at init (builds that do not interpose the
+ * malloc API, -Dinterpose=false: hakmem is then a library its program
+ * calls, and registers like one). */
+#include "core/fork.h"
+
+#include <pthread.h>
+
+void hak_fork_at_init(void) {
+    hak_fork_handlers_register();
+}
+
+/* pthread_atfork passes this library's own __dso_handle, as the dso
+ * argument would. */
+int hak_fork_register_next(void (*prepare)(void), void (*parent)(void), void (*child)(void),
+                           void *dso) {
+    (void)dso;
+    return pthread_atfork(prepare, parent, child);
+}
