@@ -26,8 +26,10 @@ int hak_fork_handlers_state(void);
 /* Called by init once the allocator works: registers, or not (above). */
 void hak_fork_at_init(void);
 /* The registration itself, per build: libc's __register_atfork, reached
- * past hakmem's own when hakmem interposes it. */
-int hak_fork_register_next(void (*prepare)(void), void (*parent)(void), void (*child)(void),
-                           void *dso);
+ * past hakmem's own when hakmem interposes it. Found on the first call
+ * (which may take the dynamic linker's lock: no hakmem lock may be held). */
+typedef int (*hak_register_atfork_fn)(void (*prepare)(void), void (*parent)(void),
+                                      void (*child)(void), void *dso);
+hak_register_atfork_fn hak_fork_register_fn(void);
 
 #endif

@@ -11,8 +11,12 @@ void hak_fork_at_init(void) {
 
 /* pthread_atfork passes this library's own __dso_handle, as the dso
  * argument would. */
-int hak_fork_register_next(void (*prepare)(void), void (*parent)(void), void (*child)(void),
-                           void *dso) {
+static int register_with_pthread_atfork(void (*prepare)(void), void (*parent)(void),
+                                        void (*child)(void), void *dso) {
     (void)dso;
     return pthread_atfork(prepare, parent, child);
+}
+
+hak_register_atfork_fn hak_fork_register_fn(void) {
+    return register_with_pthread_atfork;
 }

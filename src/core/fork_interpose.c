@@ -30,30 +30,35 @@ static void *next_symbol(void **cache, const char *name) {
 }
 #define NEXT(type, name) ({ static void *cache; (type)next_symbol(&cache, name); })
 
-typedef int (*register_fn)(void (*)(void), void (*)(void), void (*)(void), void *);
-
-int hak_fork_register_next(void (*prepare)(void), void (*parent)(void), void (*child)(void),
-                           void *dso) {
-    return NEXT(register_fn, "__register_atfork")(prepare, parent, child, dso);
+hak_register_atfork_fn hak_fork_register_fn(void) {
+    return NEXT(hak_register_atfork_fn, "__register_atfork");
 }
 
-/* What pthread_atfork calls: it is linked into each program and library
- * from libc_nonshared.a and reaches libc through here. (A program built
- * against a glibc older than 2.28 imports pthread_atfork itself, which
- * libc still has for it and which calls libc's __register_atfork
- * directly: such a program's handlers come before hakmem's, and one that
- * allocates in its prepare handler would hang its fork.) */
+/* What pthread_atfork calls: since glibc 2.3.2 it is linked into each
+ * program and library (from libc_nonshared.a), with that object's
+ * __dso_handle, and reaches libc through here. (Binaries built against
+ * an older glibc import pthread_atfork itself, which libc keeps for them
+ * and which reaches libc's __register_atfork directly: their handlers
+ * come before hakmem's, and one that allocates in its prepare handler
+ * would hang the fork.) */
 int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void),
                       void *dso);
 HAK_EXPORT int __register_atfork(void (*prepare)(void), void (*parent)(void),
                                  void (*child)(void), void *dso) {
     hak_fork_handlers_register();
-    return hak_fork_register_next(prepare, parent, child, dso);
+    return hak_fork_register_fn()(prepare, parent, child, dso);
 }
 
 HAK_EXPORT pid_t fork(void) {
     hak_fork_handlers_register();
     return NEXT(pid_t (*)(void), "fork")();
+}
+
+/* libc exports fork's body under this name too */
+pid_t __fork(void);
+HAK_EXPORT pid_t __fork(void) {
+    hak_fork_handlers_register();
+    return NEXT(pid_t (*)(void), "__fork")();
 }
 
 /* daemon and forkpty fork inside libc, past the fork above. */

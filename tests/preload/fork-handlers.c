@@ -4,7 +4,8 @@
  * the first fork, daemon or forkpty, or before another library registers
  * handlers).
  *
- *   fork-handlers none|fork|daemon|forkpty|order
+ *   fork-handlers none|fork|daemon|forkpty|order|concurrent
+ *   fork-handlers dlopen LIBRARY
  *
  * none: allocate and free, no fork. fork, daemon, forkpty: fork that way
  * while two threads allocate and free blocks of every path; the child
@@ -13,12 +14,23 @@
  * exist in it. order: first register handlers that allocate, a 4 MiB
  * block among others (a global lock of hakmem's: they hang if hakmem's
  * prepare handler ran before them), then start the threads and fork 20
- * times. Prints "ok" (the daemon's, for daemon) and exits 0 when every
- * check holds. */
+ * times. concurrent: three threads fork (two by fork, one by forkpty) 700
+ * times each at once, while the two threads allocate: glibc runs the
+ * handlers of simultaneous forks at the same time, and hakmem's prepare
+ * handlers once deadlocked on each other's heap locks (about one run in
+ * ten of a review's program forking 450 times hung). dlopen: a thread
+ * loads LIBRARY (fork-handlers-lib.c), whose constructor registers fork
+ * handlers 0.3 s in, while the dynamic linker's lock is held; 0.1 s in,
+ * the main thread makes the process's first fork (hakmem's first
+ * registration then once waited for that lock while holding its own,
+ * which the constructor's registration waited for). Prints "ok" (the
+ * daemon's, for daemon) and exits 0 when every check holds. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <pty.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,11 +88,79 @@ static void wait_child(pid_t pid)
         die("a child failed");
 }
 
+static void fork_one(int by_forkpty)
+{
+    int master = -1;
+    pid_t pid = by_forkpty ? forkpty(&master, NULL, NULL, NULL) : fork();
+    if (pid == 0)
+        child_work_and_exit();
+    wait_child(pid);
+    if (master >= 0)
+        close(master);
+}
+
+static atomic_int forks_done;
+
+static void *forker(void *arg)
+{
+    for (int i = 0; i < 300; i++)
+        fork_one(arg != NULL);
+    atomic_fetch_add(&forks_done, 1);
+    return NULL;
+}
+
+/* A thread that allocates, then stays until the end (blocked reading a
+ * pipe that main closes): each one that starts while all others are
+ * alive brings a new heap into hakmem's list of heaps, which a fork's
+ * prepare handler locks. */
+static int stay_pipe[2];
+
+static void *stay(void *arg)
+{
+    (void)arg;
+    char c;
+    if (!touch_every_path())
+        die("malloc failed in a thread");
+    if (read(stay_pipe[0], &c, 1) != 0)
+        die("the stay pipe had data");
+    return NULL;
+}
+
+/* Starts such threads one by one while the forks go on. */
+static void *add_heaps(void *arg)
+{
+    pthread_t *th = arg;
+    int n = 0;
+    for (; n < 40 && atomic_load(&forks_done) < 3; n++) {
+        if (pthread_create(&th[n], NULL, stay, NULL))
+            die("pthread_create failed");
+        usleep(2000);
+    }
+    return (void *)(intptr_t)n;
+}
+
+static void *load(void *path)
+{
+    if (!dlopen(path, RTLD_NOW))
+        die(dlerror());
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2)
-        die("usage: fork-handlers none|fork|daemon|forkpty|order");
+    if (argc < 2 || argc != (strcmp(argv[1], "dlopen") ? 2 : 3))
+        die("usage: fork-handlers none|fork|daemon|forkpty|order|concurrent, or dlopen LIBRARY");
     const char *how = argv[1];
+    if (!strcmp(how, "dlopen")) {
+        pthread_t loader;
+        if (pthread_create(&loader, NULL, load, argv[2]))
+            die("pthread_create failed");
+        usleep(100000);   /* the loader is in the constructor now */
+        fork_one(0);
+        pthread_join(loader, NULL);
+        puts("ok");
+        return 0;
+    }
     if (!strcmp(how, "order") && pthread_atfork(allocating_handler, allocating_handler, allocating_handler))
         die("pthread_atfork failed");
     if (!touch_every_path())
@@ -94,19 +174,27 @@ int main(int argc, char **argv)
         if (pthread_create(&th[i], NULL, churn, NULL))
             die("pthread_create failed");
     if (!strcmp(how, "fork") || !strcmp(how, "order")) {
-        for (int i = 0; i < (strcmp(how, "order") ? 1 : 20); i++) {
-            pid_t pid = fork();
-            if (pid == 0)
-                child_work_and_exit();
-            wait_child(pid);
-        }
+        for (int i = 0; i < (strcmp(how, "order") ? 1 : 20); i++)
+            fork_one(0);
     } else if (!strcmp(how, "forkpty")) {
-        int master;
-        pid_t pid = forkpty(&master, NULL, NULL, NULL);
-        if (pid == 0)
-            child_work_and_exit();
-        wait_child(pid);
-        close(master);
+        fork_one(1);
+    } else if (!strcmp(how, "concurrent")) {
+        static pthread_t stayers[40];
+        pthread_t f[3], adder;
+        void *added;
+        if (pipe(stay_pipe))
+            die("pipe failed");
+        if (pthread_create(&adder, NULL, add_heaps, stayers))
+            die("pthread_create failed");
+        for (int i = 0; i < 3; i++)
+            if (pthread_create(&f[i], NULL, forker, i == 2 ? "forkpty" : NULL))
+                die("pthread_create failed");
+        for (int i = 0; i < 3; i++)
+            pthread_join(f[i], NULL);
+        pthread_join(adder, &added);
+        close(stay_pipe[1]);   /* every stayer's read returns 0 */
+        for (intptr_t i = 0; i < (intptr_t)added; i++)
+            pthread_join(stayers[i], NULL);
     } else if (!strcmp(how, "daemon")) {
         /* the parent exits here with 0; the daemon carries on, with
          * stdout and stderr still the caller's, and only its own thread */

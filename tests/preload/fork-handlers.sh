@@ -1,9 +1,9 @@
 #!/bin/sh
 # When a preloaded hakmem registers its fork handlers:
 #
-#   fork-handlers.sh PROGRAM LIBHAKMEM HOW EXPECTED
+#   fork-handlers.sh PROGRAM LIBHAKMEM HOW EXPECTED [ARG]
 #
-# Runs PROGRAM (fork-handlers.c) HOW with LIBHAKMEM preloaded and
+# Runs PROGRAM (fork-handlers.c) HOW [ARG] with LIBHAKMEM preloaded and
 # HAKMEM_STATS=1. Passes when it prints "ok", exits 0, and every stats
 # line about fork handlers that reaches stderr (one a process that exits
 # through exit) says EXPECTED ("registered" or "not registered"). Command
@@ -11,9 +11,10 @@
 # "ok" is waited for too.
 set -u
 prog=$1 lib=$2 how=$3 want=$4
+shift 4
 err=$(mktemp) || exit 1
 trap 'rm -f "$err"' EXIT
-out=$(HAKMEM_STATS=1 LD_PRELOAD="$lib" "$prog" "$how" 2>"$err")
+out=$(HAKMEM_STATS=1 LD_PRELOAD="$lib" "$prog" "$how" "$@" 2>"$err")
 status=$?
 grep -v '^hakmem: class ' "$err" >&2
 [ "$status" -eq 0 ] || { echo "FAIL: exit status $status" >&2; exit 1; }
