@@ -1,4 +1,4 @@
-/* Process and thread life: set-up on the first call, thread exit, fork. */
+/* Process and thread life: set-up on the first call, thread exit (fork: core/fork.h). */
 #ifndef HAK_INIT_H
 #define HAK_INIT_H
 
