@@ -14,11 +14,12 @@
  * exist in it. order: first register handlers that allocate, a 4 MiB
  * block among others (a global lock of hakmem's: they hang if hakmem's
  * prepare handler ran before them), then start the threads and fork 20
- * times. concurrent: three threads fork (two by fork, one by forkpty) 700
- * times each at once, while the two threads allocate: glibc runs the
- * handlers of simultaneous forks at the same time, and hakmem's prepare
- * handlers once deadlocked on each other's heap locks (about one run in
- * ten of a review's program forking 450 times hung). dlopen: a thread
+ * times. concurrent: three threads fork (two by fork, one by forkpty) 300
+ * times each at once, while the two threads allocate and another starts
+ * up to 40 threads that stay (each a new heap): glibc runs the handlers
+ * of simultaneous forks at the same time, and hakmem's prepare handlers,
+ * each locking the list of heaps as it grew, once deadlocked on each
+ * other's heap locks (every run hung). dlopen: a thread
  * loads LIBRARY (fork-handlers-lib.c), whose constructor registers fork
  * handlers 0.3 s in, while the dynamic linker's lock is held; 0.1 s in,
  * the main thread makes the process's first fork (hakmem's first
