@@ -4,8 +4,8 @@
  * When they are registered is a choice of the build (src/meson.build):
  * - core/fork_at_init.c (-Dinterpose=false): at init, like any library.
  * - core/fork_interpose.c (the default): not before the process needs
- *   them, which is before its first fork (fork, daemon, forkpty) or before
- *   any other code registers fork handlers, whichever comes first. A
+ *   them, which is before its first fork (fork, __fork, daemon, forkpty) or
+ *   before any other code registers fork handlers, whichever comes first. A
  *   process that does neither never calls into that part of libc: its
  *   code and data cost a single-threaded program 116-128 KB of resident
  *   libc pages (docs/PERFORMANCE.md, session 25).
