@@ -7,15 +7,43 @@
 
 struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT };
 
+/* Runs left with no block out that a heap keeps with their class, in
+ * slabs, while its clock runs (HAKMEM_DECAY_MS; the tick releases those
+ * its recent high does not cover: heap_idle.c). A program whose queue or
+ * cache of blocks drains and fills again, producer_consumer's ring among
+ * them, empties whole runs of its mid-sized classes at every trough: given
+ * back to the SuperSlab, each slab was taken again by whichever class
+ * needed a run first, carved anew by a class of another block size, and
+ * in the end every slab its classes ever passed through was wholly
+ * resident (12-13 of them for 529-1,040 B blocks, against 6-7 of live
+ * blocks). Kept, a class finds its own carved blocks at the next crest:
+ * producer_consumer's peak 2,712 -> 2,604 KB (medians of 11 interleaved
+ * runs; glibc 2,420), and its 1,040-byte class carved 237 blocks in a run
+ * instead of 7,263. A bound, since a class kept to itself is memory no
+ * other class may use: with none, realloc_grow's peak (vectors that
+ * double, so classes that empty for good) went 49.6 -> 70.5 MB and
+ * fragment's final RSS 158 -> 201 MB; with 8 slabs, 49.5 -> 50.2 and
+ * 158.1 -> 158.4 (16: about twice that; docs/PERFORMANCE.md, session
+ * 26). Tiny classes only: a mid class's
+ * run holds a few large blocks, which Pool TLS bins keep already, and a
+ * program that frees such blocks expects their slabs to serve any size. */
+#define HAK_EMPTY_KEEP_SLABS 8u
+
+static int keep_empty_run(const struct hak_heap *h, const struct hak_slab *s) {
+    return hak_class_is_tiny(s->cls) && h->empty_slabs + s->nslabs <= HAK_EMPTY_KEEP_SLABS &&
+           hak_opt(HAK_OPT_DECAY_MS);
+}
+
 /* Gives n blocks of run s, chained from first to last, back to it; the
- * caller holds the run's heap's lock. A run left with no block out goes
- * back to its SuperSlab, unless keep_empty: a borrower draining another
- * heap's inbox keeps the runs whole, so that their blocks can still be
- * lent (hak_heap_borrow()); freed slabs of a heap whose thread does not
+ * caller holds the run's heap's lock. A run left with no block out stays
+ * with its class when keep_empty_run says so; else it goes back to its
+ * SuperSlab, unless keep_empty: a borrower draining another heap's inbox
+ * keeps the runs whole, so that their blocks can still be lent
+ * (hak_heap_borrow()); freed slabs of a heap whose thread does not
  * allocate would be of no use to anyone. Returns the run when it stays
- * partly used (the caller then sees whether it should join the hollow
- * queue: done there, where h is at hand anyway, this function saves
- * registers), else NULL.
+ * partly used or empty with its class (the caller then sees whether it
+ * should join the hollow queue: done there, where h is at hand anyway,
+ * this function saves registers), else NULL.
  * The blocks are block starts of s: every block that reaches a bin, an
  * inbox or this function was checked as one when it was freed (the hit
  * path's class check, hak_free_miss's run check, or the safety box's),
@@ -28,6 +56,11 @@ static struct hak_slab *run_put(struct hak_heap *h, struct hak_superslab *ss, st
     s->used -= n;
     if (s->state == HAK_SLAB_CURRENT) return NULL;
     if (s->used == 0 && !keep_empty) {
+        if (keep_empty_run(h, s)) {
+            h->empty_slabs += s->nslabs;
+            if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
+            return s;
+        }
         if (s->state == HAK_SLAB_PARTIAL) hak_heap_partial_unlink(h, s);
         hak_heap_run_release(h, ss, s, 1);
         return NULL;
@@ -87,6 +120,7 @@ static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned wa
  * give leaves the partial list. */
 static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     hak_heap_hollow_dequeue(h, s);   /* in use again */
+    if (!s->used) h->empty_slabs -= h->empty_slabs < s->nslabs ? h->empty_slabs : s->nslabs;
     unsigned got = take_blocks(s, bin, want);
     if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);

@@ -62,6 +62,11 @@ struct hak_heap {
     /* Free slabs of its SuperSlabs whose pages some run touched since they
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;
+    /* Slabs of its partly used runs with no block out that a flush or a
+     * drain left with their class (run_put in heap.c): counted as they
+     * join and as blocks are taken from them, recounted at each decay
+     * tick (another heap's scavenge may move runs in between) */
+    uint32_t empty_slabs;
     /* SuperSlabs with free slabs past the bound on dirty_free, to purge
      * in one batch (heap_runs.c, purge_later), and how many slabs */
     struct hak_superslab *purge_ss[HAK_PURGE_SS];
@@ -75,7 +80,7 @@ struct hak_heap {
      * it last held more (never below 0): how far it fell from its peak */
     size_t dropped_bytes;
     /* Most slabs in runs at a tick of this decay epoch and of the last one,
-     * and when this epoch began (heap_idle.c, dirty_beyond_recent_high) */
+     * and when this epoch began (heap_idle.c, keep_for_recent_high) */
     uint32_t high_now, high_last, high_since;
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
@@ -126,7 +131,8 @@ size_t hak_heap_release_unused(struct hak_heap *h);
 /* Memory pressure and malloc_trim: every other heap's SuperSlabs with no
  * run go back to the pool (self may be NULL), after the heaps of exited
  * threads took back what waits in their inboxes and let go of the runs
- * they kept for an adopter. Returns how many. */
+ * they kept for an adopter, and the others of the empty runs they kept
+ * for their classes. Returns how many. */
 size_t hak_heap_release_empty_elsewhere(struct hak_heap *self);
 /* malloc_trim: the pages of every free slab of every heap go back now,
  * whatever the clock says (other heaps' only when their lock is free), and

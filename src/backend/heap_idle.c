@@ -41,7 +41,7 @@ struct hak_heap *hak_heap_acquire(void) {
     struct hak_heap *h = abandoned_pop();
     hak_spin_unlock(&hak_heaps.lock);
     if (h) {
-        /* no recent high yet (see dirty_beyond_recent_high) */
+        /* no recent high yet (see keep_for_recent_high) */
         hak_spin_lock(&h->lock);
         atomic_store_explicit(&h->orphaned, 0, memory_order_relaxed);
         h->high_now = h->high_last = 0;
@@ -132,12 +132,13 @@ int hak_heap_within_recent_high(const struct hak_heap *h) {
     return slabs_in_runs(h) + h->dirty_free <= recent_high(h);
 }
 
-/* Dirty free slabs of h beyond what its recent high keeps (one tick);
- * idle: slabs of its runs with no block out, which do not count toward
- * the high (an exited thread's runs, kept for the thread that adopts its
- * heap, made that thread keep as many free slabs for an epoch). */
-static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period,
-                                         uint32_t asleep) {
+/* Free slabs h keeps for its recent high (one tick): what that high had
+ * in runs beyond what h has in runs with blocks out now. idle: slabs of
+ * its runs with no block out, which do not count toward the high (an
+ * exited thread's runs, kept for the thread that adopts its heap, made
+ * that thread keep as many free slabs for an epoch). */
+static unsigned keep_for_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period,
+                                     uint32_t asleep) {
     unsigned used = slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
     uint32_t epoch = period > INT32_MAX / HAK_HIGH_EPOCH ? INT32_MAX : HAK_HIGH_EPOCH * period;
@@ -149,34 +150,55 @@ static unsigned dirty_beyond_recent_high(struct hak_heap *h, unsigned idle, uint
         h->high_now = used;
         h->high_since = now;
     }
-    unsigned keep = recent_high(h) - used;
-    return h->dirty_free > keep ? h->dirty_free - keep : 0;
+    return recent_high(h) - used;
 }
 
-/* Partly used runs with no block out are kept only by a thread's exit
- * (for the thread that adopts its heap: hak_heap_flush's keep_empty) or by
- * a borrower's drain: a run found empty at two ticks in a row went unused
- * for a whole period and goes back to its SuperSlab, where the clock
- * purges its slabs. Without this, an adopter that never used those
- * classes kept their pages for as long as it lived. Returns the slabs of
- * the empty runs it keeps for now. */
-static unsigned release_runs_empty_for_a_period(struct hak_heap *h) {
+/* Slabs of h's partly used runs with no block out. */
+static unsigned empty_run_slabs(const struct hak_heap *h) {
+    unsigned n = 0;
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
+        for (const struct hak_slab *s = h->partial[c]; s; s = s->next)
+            if (!s->used) n += s->nslabs;
+    return n;
+}
+
+/* Partly used runs with no block out: those a flush left with their class
+ * (HAK_EMPTY_KEEP_SLABS, heap.c), those a thread's exit keeps for the
+ * thread that adopts its heap (hak_heap_flush's keep_empty) and those a
+ * borrower's drain keeps. A run found empty at two ticks in a row went
+ * unused for a whole period: it stays while the heap's recent high covers
+ * it (budget: the slabs that high keeps, shared with the free slabs that
+ * follow), else it goes back to its SuperSlab, where the clock purges its
+ * slabs. Without the release, an adopter that never used those classes
+ * kept their pages for as long as it lived (an adopter starts with no
+ * high); without the budget, a run kept at a trough was given back before
+ * its class's next crest, and the crest carved another, on a slab that
+ * another class had left wholly resident. Returns the budget left for
+ * free slabs. */
+static unsigned release_runs_empty_for_a_period(struct hak_heap *h, unsigned budget) {
     unsigned kept = 0;
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         for (struct hak_slab *next, *s = h->partial[c]; s; s = next) {
             next = s->next;
             if (s->used) {
                 s->seen_empty = 0;
-            } else if (!s->seen_empty) {
+                continue;
+            }
+            if (!s->seen_empty) {
                 s->seen_empty = 1;
-                kept += s->nslabs;
+                budget -= budget < s->nslabs ? budget : s->nslabs;
+            } else if (budget >= s->nslabs) {
+                budget -= s->nslabs;
             } else {
                 hak_heap_partial_unlink(h, s);
                 hak_heap_run_release(h, hak_ss_of_slab(s), s, 1);
+                continue;
             }
+            kept += s->nslabs;
         }
     }
-    return kept;
+    h->empty_slabs = kept;
+    return budget;
 }
 
 /* Empty SuperSlabs the heap kept for its recent high (hak_heap_run_release)
@@ -237,8 +259,9 @@ void hak_heap_decay(struct hak_heap *h) {
     h->st.decay_ticks++;
     if (h->purge_n) hak_heap_purge_batch(h);
     hak_heap_hollow_tick(h, now, period);
-    unsigned empty_runs = release_runs_empty_for_a_period(h);
-    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, dirty_beyond_recent_high(h, empty_runs, now, period, asleep));
+    unsigned keep = keep_for_recent_high(h, empty_run_slabs(h), now, period, asleep);
+    keep = release_runs_empty_for_a_period(h, keep);
+    unsigned calls = heap_purge_idle(h, now, period, HAK_DECAY_CALLS, h->dirty_free > keep ? h->dirty_free - keep : 0);
     release_purged_empty(h);
     if (calls < HAK_DECAY_CALLS) calls += hak_ss_pool_decay(now, period, HAK_DECAY_CALLS - calls);
     if (calls < HAK_DECAY_CALLS) calls += hak_large_decay(now, period, HAK_DECAY_CALLS - calls);
@@ -307,9 +330,23 @@ void hak_heap_abandoned_unlock_return(struct hak_heap *h) {
     hak_spin_unlock(&h->lock);
     abandoned_return(h);
 }
-/* Releases the runs of h that have no block out (the caller holds h's
- * lock): what an exited thread kept for its successor once nobody took
- * it, and runs a borrower kept whole (run_put, heap.c). */
+/* h's partly used runs with no block out go back to their SuperSlabs
+ * (the caller holds h's lock; any thread may: a current run stays). */
+static void release_empty_partial_runs(struct hak_heap *h) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
+        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
+            next = p->next;
+            if (p->used) continue;
+            hak_heap_partial_unlink(h, p);
+            hak_heap_run_release(h, hak_ss_of_slab(p), p, 0);
+        }
+    h->empty_slabs = 0;
+}
+
+/* Releases the runs of h that have no block out, current ones too (the
+ * caller holds h's lock): what an exited thread kept for its successor
+ * once nobody took it, runs a borrower kept whole and those flushes kept
+ * for their classes (run_put, heap.c). */
 static void release_empty_runs(struct hak_heap *h) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_slab *s = h->current[c];
@@ -317,13 +354,8 @@ static void release_empty_runs(struct hak_heap *h) {
             h->current[c] = NULL;
             hak_heap_run_release(h, hak_ss_of_slab(s), s, 0);
         }
-        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
-            next = p->next;
-            if (p->used) continue;
-            hak_heap_partial_unlink(h, p);
-            hak_heap_run_release(h, hak_ss_of_slab(p), p, 0);
-        }
     }
+    release_empty_partial_runs(h);
 }
 
 /* The calling thread's own heap under memory pressure (core/pressure.c):
@@ -373,10 +405,12 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
          * it kept for an adopter too, as if it had waited its decay period
          * (an adopter that took it off the queue meanwhile waits for the
          * lock and then finds fewer runs) */
-        if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed))
+        if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) {
             hak_heap_scavenge_one(cur, hak_os_clock_ms(), 0);
-        else
+        } else {
+            release_empty_partial_runs(cur);   /* those its flushes kept for their classes */
             heap_trim(cur);
+        }
         n += (size_t)(cur->st.ss_released - before);
         hak_spin_unlock(&cur->lock);
     }

@@ -1,0 +1,183 @@
+/* A run of a tiny class left with no block out stays with its class
+ * (HAK_EMPTY_KEEP_SLABS slabs of them a heap, backend/heap.c): a program
+ * whose queue of blocks drains and fills again finds its own carved blocks
+ * at the next crest instead of new runs; past the bound, emptied runs go
+ * back to their SuperSlabs as before. Each case runs in a thread of its
+ * own (whose heap holds only the case's blocks) in a fresh process, most
+ * with HAKMEM_DECAY_MS=60000, so that no decay tick (which releases the
+ * kept runs its heap's recent high does not cover) comes during them. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+
+/* 1,000-byte requests take the 1,040-byte class: 63 blocks a 64 KiB slab,
+ * one slab a run. */
+enum { SIZE = 1000, PER_RUN = 63, KEEP_SLABS = 8, MANY_RUNS = 20 };
+static void *blocks[MANY_RUNS * PER_RUN];
+
+/* body runs in a new thread of a fresh process whose allocator read
+ * HAKMEM_DECAY_MS=decay_ms at start-up. */
+static void
+in_thread_of_fresh_process (const char *decay_ms, void *(*body) (void *))
+{
+  if (!g_test_subprocess ())
+    {
+      g_setenv ("HAKMEM_DECAY_MS", decay_ms, TRUE);
+      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, body, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+}
+
+static unsigned long long
+runs_made (void)
+{
+  return ht_stats_number ("hakmem: superslab: runs made %llu");
+}
+
+static unsigned long long
+runs_freed (void)
+{
+  return ht_stats_number ("hakmem: superslab: runs made %*llu freed %llu");
+}
+
+/* Reading the stats allocates (GLib's strings, stdio): the thread's first
+ * reading makes those classes' runs, so that the counts the case compares
+ * see only its own blocks' runs. */
+static void
+warm_up_stats (void)
+{
+  (void) runs_made ();
+  (void) runs_freed ();
+}
+
+static void
+alloc_runs (size_t runs)
+{
+  ht_alloc_filled (blocks, runs * PER_RUN, SIZE, 0x5A);
+}
+
+static void
+free_runs (size_t runs)
+{
+  for (size_t i = 0; i < runs * PER_RUN; i++)
+    T (free) (blocks[i]);
+}
+
+/* Three runs filled and emptied keep their slabs: none goes back, and
+ * filling them again makes no new run. */
+static void *
+refill_same_runs (void *arg)
+{
+  (void) arg;
+  warm_up_stats ();
+  alloc_runs (3);
+  unsigned long long made = runs_made (), freed = runs_freed ();
+  free_runs (3);
+  g_assert_cmpuint (runs_freed (), ==, freed);
+  alloc_runs (3);
+  g_assert_cmpuint (runs_made (), ==, made);
+  free_runs (3);
+  return NULL;
+}
+
+static void
+test_emptied_runs_stay_with_class (void)
+{
+  in_thread_of_fresh_process ("60000", refill_same_runs);
+}
+
+/* Twenty runs emptied: eight stay, every other one that empties (all but
+ * the class's current run and the one or two the thread's bin still holds
+ * blocks of) goes back. */
+static void *
+empty_many_runs (void *arg)
+{
+  (void) arg;
+  warm_up_stats ();
+  alloc_runs (MANY_RUNS);
+  unsigned long long freed = runs_freed ();
+  free_runs (MANY_RUNS);
+  unsigned long long released = runs_freed () - freed;
+  g_assert_cmpuint (released, <=, MANY_RUNS - KEEP_SLABS);
+  g_assert_cmpuint (released, >=, MANY_RUNS - KEEP_SLABS - 3);
+  return NULL;
+}
+
+static void
+test_emptied_runs_kept_within_bound (void)
+{
+  in_thread_of_fresh_process ("60000", empty_many_runs);
+}
+
+/* With the clock off nothing would ever give kept runs back: an emptied
+ * run goes back at once, as it did before runs were kept. */
+static void *
+empty_runs_clock_off (void *arg)
+{
+  (void) arg;
+  warm_up_stats ();
+  alloc_runs (3);
+  unsigned long long freed = runs_freed ();
+  free_runs (3);
+  g_assert_cmpuint (runs_freed () - freed, >=, 1);
+  return NULL;
+}
+
+static void
+test_clock_off_keeps_no_run (void)
+{
+  in_thread_of_fresh_process ("0", empty_runs_clock_off);
+}
+
+/* Kept runs last only as long as the heap's recent high covers them: a
+ * heap that stays smaller gives them back (within two epochs of 64 decay
+ * periods, HAKMEM_DECAY_MS=1 here; sooner when the ticks, which sample the
+ * high, never saw the runs in use), all but the slack its high keeps (a
+ * sixteenth). Six runs emptied: the class's current one stays, the
+ * thread's bin may hold blocks of one more until its idle trim, one may be
+ * the slack. The thread keeps missing in another class, so that its clock
+ * ticks. Fails if kept runs never go back. */
+enum { CHURN = 256 };
+static void *churn[CHURN];
+
+static void *
+kept_runs_go_back (void *arg)
+{
+  (void) arg;
+  warm_up_stats ();
+  alloc_runs (6);
+  unsigned long long freed = runs_freed ();
+  free_runs (6);
+  gint64 until = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  while (runs_freed () - freed < 3 && g_get_monotonic_time () < until)
+    {
+      ht_alloc_filled (churn, CHURN, 48, 0x11);
+      for (size_t i = 0; i < CHURN; i++)
+        T (free) (churn[i]);
+      g_usleep (1000);
+    }
+  g_assert_cmpuint (runs_freed () - freed, >=, 3);
+  return NULL;
+}
+
+static void
+test_kept_runs_go_back_when_heap_stays_smaller (void)
+{
+  in_thread_of_fresh_process ("1", kept_runs_go_back);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/runs/emptied-runs-stay-with-class", test_emptied_runs_stay_with_class);
+  g_test_add_func ("/runs/emptied-runs-kept-within-bound", test_emptied_runs_kept_within_bound);
+  g_test_add_func ("/runs/clock-off-keeps-no-run", test_clock_off_keeps_no_run);
+  g_test_add_func ("/runs/kept-runs-go-back-when-heap-stays-smaller",
+                   test_kept_runs_go_back_when_heap_stays_smaller);
+  return g_test_run ();
+}
