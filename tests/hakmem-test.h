@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -428,6 +429,35 @@ static inline size_t
 ht_stats_bytes_out (void)
 {
   return (size_t) ht_stats_number ("hakmem: stats: heaps %*u; small blocks out %llu") * 1024;
+}
+
+/* A stage two threads step through, one setting it, the other waiting
+ * for it. pthread's lock and condition, not GLib's: TSan sees only the
+ * former as synchronisation. */
+typedef struct
+{
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int stage;
+} ht_stage;
+#define HT_STAGE_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 }
+
+static inline void
+ht_stage_set (ht_stage *s, int stage)
+{
+  pthread_mutex_lock (&s->lock);
+  s->stage = stage;
+  pthread_cond_broadcast (&s->cond);
+  pthread_mutex_unlock (&s->lock);
+}
+
+static inline void
+ht_stage_wait (ht_stage *s, int stage)
+{
+  pthread_mutex_lock (&s->lock);
+  while (s->stage != stage)
+    pthread_cond_wait (&s->cond, &s->lock);
+  pthread_mutex_unlock (&s->lock);
 }
 
 #endif

@@ -507,36 +507,15 @@ test_woken_heap_forgets_high (void)
  * and would have been for as long as the thread slept. What its
  * own cache holds stays with it (2 MiB of this class, 512 pages: no other
  * thread may touch a thread's bins). */
-/* pthread's, not GLib's: TSan sees only the former as synchronisation */
-static pthread_mutex_t sleeper_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t sleeper_cond = PTHREAD_COND_INITIALIZER;
-static int sleeper_stage;   /* 1: freed, sleeping; 2: may exit */
-
-static void
-sleeper_set (int stage)
-{
-  pthread_mutex_lock (&sleeper_lock);
-  sleeper_stage = stage;
-  pthread_cond_broadcast (&sleeper_cond);
-  pthread_mutex_unlock (&sleeper_lock);
-}
-
-static void
-sleeper_wait (int stage)
-{
-  pthread_mutex_lock (&sleeper_lock);
-  while (sleeper_stage != stage)
-    pthread_cond_wait (&sleeper_cond, &sleeper_lock);
-  pthread_mutex_unlock (&sleeper_lock);
-}
+static ht_stage sleeper = HT_STAGE_INIT;   /* 1: freed, sleeping; 2: may exit */
 
 static void *
 crest_free_and_sleep (void *arg)
 {
   (void) arg;
   crest_then_free (0x29);
-  sleeper_set (1);
-  sleeper_wait (2);
+  ht_stage_set (&sleeper, 1);
+  ht_stage_wait (&sleeper, 2);
   return NULL;
 }
 
@@ -548,7 +527,7 @@ test_sleeping_thread_heap_returned (void)
   ht_keep_allocating ();
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, crest_free_and_sleep, NULL), ==, 0);
-  sleeper_wait (1);
+  ht_stage_wait (&sleeper, 1);
   size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
   g_test_message ("%zu of %zu freed pages resident as the thread goes to sleep", resident, total);
   gint64 deadline = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
@@ -558,7 +537,7 @@ test_sleeping_thread_heap_returned (void)
       resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
     }
   g_test_message ("%zu of %zu freed pages resident at the end", resident, total);
-  sleeper_set (2);
+  ht_stage_set (&sleeper, 2);
   g_assert_cmpint (pthread_join (t, NULL), ==, 0);
   if (resident > total / 4)
     g_error ("%zu of the %zu pages a sleeping thread freed are resident after 5 s of other "

@@ -15,18 +15,26 @@
 enum { SIZE = 1000, PER_RUN = 63, KEEP_SLABS = 8, MANY_RUNS = 20 };
 static void *blocks[MANY_RUNS * PER_RUN];
 
-/* body runs in a new thread of a fresh process whose allocator read
- * HAKMEM_DECAY_MS=decay_ms at start-up. */
+/* TRUE in a fresh process whose allocator read HAKMEM_DECAY_MS=decay_ms
+ * at start-up; in the test's own process, starts it, checks that it
+ * passed and returns FALSE. */
+static gboolean
+in_fresh_process (const char *decay_ms)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  g_setenv ("HAKMEM_DECAY_MS", decay_ms, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+/* body runs in a new thread of such a process. */
 static void
 in_thread_of_fresh_process (const char *decay_ms, void *(*body) (void *))
 {
-  if (!g_test_subprocess ())
-    {
-      g_setenv ("HAKMEM_DECAY_MS", decay_ms, TRUE);
-      g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-      g_test_trap_assert_passed ();
-      return;
-    }
+  if (!in_fresh_process (decay_ms))
+    return;
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, body, NULL), ==, 0);
   g_assert_cmpint (pthread_join (t, NULL), ==, 0);
@@ -144,6 +152,23 @@ test_clock_off_keeps_no_run (void)
 enum { CHURN = 256 };
 static void *churn[CHURN];
 
+/* Misses in a class of 48-byte blocks, so that the calling thread's clock
+ * ticks, until `want` runs went back since the count was `freed`, or 5 s
+ * passed; returns how many did. */
+static unsigned long long
+tick_until_released (unsigned long long freed, unsigned long long want)
+{
+  gint64 until = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  while (runs_freed () - freed < want && g_get_monotonic_time () < until)
+    {
+      ht_alloc_filled (churn, CHURN, 48, 0x11);
+      for (size_t i = 0; i < CHURN; i++)
+        T (free) (churn[i]);
+      g_usleep (1000);
+    }
+  return runs_freed () - freed;
+}
+
 static void *
 kept_runs_go_back (void *arg)
 {
@@ -152,15 +177,7 @@ kept_runs_go_back (void *arg)
   alloc_runs (6);
   unsigned long long freed = runs_freed ();
   free_runs (6);
-  gint64 until = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
-  while (runs_freed () - freed < 3 && g_get_monotonic_time () < until)
-    {
-      ht_alloc_filled (churn, CHURN, 48, 0x11);
-      for (size_t i = 0; i < CHURN; i++)
-        T (free) (churn[i]);
-      g_usleep (1000);
-    }
-  g_assert_cmpuint (runs_freed () - freed, >=, 3);
+  g_assert_cmpuint (tick_until_released (freed, 3), >=, 3);
   return NULL;
 }
 
@@ -168,6 +185,46 @@ static void
 test_kept_runs_go_back_when_heap_stays_smaller (void)
 {
   in_thread_of_fresh_process ("1", kept_runs_go_back);
+}
+
+/* A thread that empties runs and then sleeps has no clock of its own
+ * running: other threads' ticks give back the runs it kept for their
+ * classes (decay_idle_heap, heap_idle.c), as they purge its free slabs.
+ * HAKMEM_DECAY_MS=1; the main thread keeps missing, so that its clock
+ * ticks. Six runs emptied: all but the current one and the one or two
+ * the sleeper's bin still holds blocks of go back (with no bins,
+ * HAKMEM_FRONT=none, every free is a miss, and the sleeper's own ticks
+ * may give some back before it sleeps). */
+static ht_stage sleeper = HT_STAGE_INIT;   /* 1: runs emptied; 2: may exit */
+
+static unsigned long long sleeper_freed;   /* runs freed before its frees */
+
+static void *
+empty_runs_then_sleep (void *arg)
+{
+  (void) arg;
+  warm_up_stats ();
+  alloc_runs (6);
+  sleeper_freed = runs_freed ();
+  free_runs (6);
+  ht_stage_set (&sleeper, 1);
+  ht_stage_wait (&sleeper, 2);
+  return NULL;
+}
+
+static void
+test_sleeping_thread_kept_runs_go_back (void)
+{
+  if (!in_fresh_process ("1"))
+    return;
+  warm_up_stats ();
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, empty_runs_then_sleep, NULL), ==, 0);
+  ht_stage_wait (&sleeper, 1);
+  unsigned long long released = tick_until_released (sleeper_freed, 3);
+  ht_stage_set (&sleeper, 2);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+  g_assert_cmpuint (released, >=, 3);
 }
 
 int
@@ -179,5 +236,6 @@ main (int argc, char **argv)
   g_test_add_func ("/runs/clock-off-keeps-no-run", test_clock_off_keeps_no_run);
   g_test_add_func ("/runs/kept-runs-go-back-when-heap-stays-smaller",
                    test_kept_runs_go_back_when_heap_stays_smaller);
+  g_test_add_func ("/runs/sleeping-thread-kept-runs-go-back", test_sleeping_thread_kept_runs_go_back);
   return g_test_run ();
 }

@@ -58,6 +58,7 @@ static struct hak_slab *run_put(struct hak_heap *h, struct hak_superslab *ss, st
     if (s->used == 0 && !keep_empty) {
         if (keep_empty_run(h, s)) {
             h->empty_slabs += s->nslabs;
+            s->kept = 1;
             if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
             return s;
         }
@@ -121,6 +122,7 @@ static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned wa
 static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     hak_heap_hollow_dequeue(h, s);   /* in use again */
     if (!s->used) h->empty_slabs -= h->empty_slabs < s->nslabs ? h->empty_slabs : s->nslabs;
+    s->kept = 0;
     unsigned got = take_blocks(s, bin, want);
     if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);

@@ -215,6 +215,20 @@ static void release_purged_empty(struct hak_heap *h) {
     }
 }
 
+/* h's partly used runs with no block out go back to their SuperSlabs,
+ * or with kept_only those of them its flushes kept for their classes (the
+ * caller holds h's lock; any thread may: a current run stays). */
+static void release_empty_partial_runs(struct hak_heap *h, int kept_only) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
+        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
+            next = p->next;
+            if (p->used || (kept_only && !p->kept)) continue;
+            hak_heap_partial_unlink(h, p);
+            hak_heap_run_release(h, hak_ss_of_slab(p), p, 0);
+        }
+    h->empty_slabs = 0;
+}
+
 /* A thread that stops allocating (a worker blocked on a queue, a main
  * thread waiting for its workers) stops its heap's clock: what the heap
  * keeps for its recent high, free slabs and empty SuperSlabs, would stay
@@ -222,10 +236,12 @@ static void release_purged_empty(struct hak_heap *h) {
  * thread sleeps (an idle thread kept 36 MB resident and 100 MiB mapped
  * after freeing 96 MiB; before the high it was 8 MB after a second). So a
  * tick also looks after another heap whose owner has had no miss for a
- * whole period (the test borrowing uses): its idle slabs are purged with
- * no high kept, and its SuperSlabs left empty and clean go to the pool,
- * where any heap can take them. One such heap a tick, in turn; try-lock
- * only, as its owner may wake up meanwhile. */
+ * whole period (the test borrowing uses): the empty runs its flushes
+ * kept for their classes go back to their SuperSlabs (not those a
+ * borrower's drain keeps whole for lending), its idle slabs are purged
+ * with no high kept, and its SuperSlabs left empty and clean go to the
+ * pool, where any heap can take them. One such heap a tick, in turn;
+ * try-lock only, as its owner may wake up meanwhile. */
 #define HAK_IDLE_SCAN 8u
 static unsigned decay_idle_heap(struct hak_heap *h, uint32_t now, uint32_t period, unsigned budget) {
     struct hak_heap *head = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE);
@@ -238,6 +254,7 @@ static unsigned decay_idle_heap(struct hak_heap *h, uint32_t now, uint32_t perio
             (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)period ||
             !hak_spin_trylock(&cur->lock))
             continue;
+        release_empty_partial_runs(cur, 1);   /* their slabs purged at a later visit */
         calls = heap_purge_idle(cur, now, period, budget, UINT32_MAX);
         release_purged_empty(cur);
         hak_spin_unlock(&cur->lock);
@@ -330,18 +347,6 @@ void hak_heap_abandoned_unlock_return(struct hak_heap *h) {
     hak_spin_unlock(&h->lock);
     abandoned_return(h);
 }
-/* h's partly used runs with no block out go back to their SuperSlabs
- * (the caller holds h's lock; any thread may: a current run stays). */
-static void release_empty_partial_runs(struct hak_heap *h) {
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
-        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
-            next = p->next;
-            if (p->used) continue;
-            hak_heap_partial_unlink(h, p);
-            hak_heap_run_release(h, hak_ss_of_slab(p), p, 0);
-        }
-    h->empty_slabs = 0;
-}
 
 /* Releases the runs of h that have no block out, current ones too (the
  * caller holds h's lock): what an exited thread kept for its successor
@@ -355,7 +360,7 @@ static void release_empty_runs(struct hak_heap *h) {
             hak_heap_run_release(h, hak_ss_of_slab(s), s, 0);
         }
     }
-    release_empty_partial_runs(h);
+    release_empty_partial_runs(h, 0);
 }
 
 /* The calling thread's own heap under memory pressure (core/pressure.c):
@@ -408,7 +413,7 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
         if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) {
             hak_heap_scavenge_one(cur, hak_os_clock_ms(), 0);
         } else {
-            release_empty_partial_runs(cur);   /* those its flushes kept for their classes */
+            release_empty_partial_runs(cur, 0);   /* those its flushes kept for their classes too */
             heap_trim(cur);
         }
         n += (size_t)(cur->st.ss_released - before);

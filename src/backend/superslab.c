@@ -309,6 +309,7 @@ struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned
     s->used = 0;
     s->carved = 0;
     s->seen_empty = 0;
+    s->kept = 0;
     s->per_slab = (uint16_t)hak_ss_per_slab(bs);
     s->capacity = s->per_slab ? n * s->per_slab : (uint32_t)(((size_t)n << HAK_SLAB_SHIFT) / bs);
     s->block_size = bs;

@@ -47,6 +47,7 @@ struct hak_slab {
      * (hak_slab_hollow_bits) */
     uint32_t nhollow;
     uint8_t queued;          /* in its heap's queue of runs to hollow (hak_slab_queue) */
+    uint8_t kept;            /* emptied, and kept with its class by a flush (heap.c, run_put) */
 };
 
 /* The rest of a run's hollow state, kept out of struct hak_slab so that it
