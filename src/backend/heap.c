@@ -121,8 +121,9 @@ static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned wa
  * give leaves the partial list. */
 static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     hak_heap_hollow_dequeue(h, s);   /* in use again */
-    if (!s->used) h->empty_slabs -= h->empty_slabs < s->nslabs ? h->empty_slabs : s->nslabs;
+    if (s->kept) h->empty_slabs -= h->empty_slabs < s->nslabs ? h->empty_slabs : s->nslabs;
     s->kept = 0;
+    s->seen_empty = 0;   /* used since the last tick */
     unsigned got = take_blocks(s, bin, want);
     if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);

@@ -62,10 +62,10 @@ struct hak_heap {
     /* Free slabs of its SuperSlabs whose pages some run touched since they
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;
-    /* Slabs of its partly used runs with no block out that a flush or a
-     * drain left with their class (run_put in heap.c): counted as they
-     * join and as blocks are taken from them, recounted at each decay
-     * tick (another heap's scavenge may move runs in between) */
+    /* Slabs of the runs with no block out that its flushes and drains
+     * kept with their class (run_put in heap.c; marked kept in the run):
+     * counted as they join and as blocks are taken from them again,
+     * recounted at each decay tick (adoption may move runs in between) */
     uint32_t empty_slabs;
     /* SuperSlabs with free slabs past the bound on dirty_free, to purge
      * in one batch (heap_runs.c, purge_later), and how many slabs */

@@ -162,17 +162,18 @@ static unsigned empty_run_slabs(const struct hak_heap *h) {
     return n;
 }
 
-/* Partly used runs with no block out: those a flush left with their class
+/* Partly used runs with no block out: those a flush kept for their class
  * (HAK_EMPTY_KEEP_SLABS, heap.c), those a thread's exit keeps for the
  * thread that adopts its heap (hak_heap_flush's keep_empty) and those a
  * borrower's drain keeps. A run found empty at two ticks in a row went
- * unused for a whole period: it stays while the heap's recent high covers
- * it (budget: the slabs that high keeps, shared with the free slabs that
- * follow), else it goes back to its SuperSlab, where the clock purges its
- * slabs. Without the release, an adopter that never used those classes
- * kept their pages for as long as it lived (an adopter starts with no
- * high); without the budget, a run kept at a trough was given back before
- * its class's next crest, and the crest carved another, on a slab that
+ * unused for a whole period (taking blocks clears the mark). One that a
+ * flush kept stays while the heap's recent high covers it (budget: the
+ * slabs that high keeps, shared with the free slabs that follow); any
+ * other goes back to its SuperSlab, where the clock purges its slabs.
+ * Without the release, an adopter that never used those classes kept
+ * their pages for as long as it lived (an adopter starts with no high);
+ * without the budget, a run kept at a trough was given back before its
+ * class's next crest, and the crest carved another, on a slab that
  * another class had left wholly resident. Returns the budget left for
  * free slabs. */
 static unsigned release_runs_empty_for_a_period(struct hak_heap *h, unsigned budget) {
@@ -187,14 +188,14 @@ static unsigned release_runs_empty_for_a_period(struct hak_heap *h, unsigned bud
             if (!s->seen_empty) {
                 s->seen_empty = 1;
                 budget -= budget < s->nslabs ? budget : s->nslabs;
-            } else if (budget >= s->nslabs) {
+            } else if (s->kept && budget >= s->nslabs) {
                 budget -= s->nslabs;
             } else {
                 hak_heap_partial_unlink(h, s);
                 hak_heap_run_release(h, hak_ss_of_slab(s), s, 1);
                 continue;
             }
-            kept += s->nslabs;
+            if (s->kept) kept += s->nslabs;
         }
     }
     h->empty_slabs = kept;
@@ -216,15 +217,17 @@ static void release_purged_empty(struct hak_heap *h) {
 }
 
 /* h's partly used runs with no block out go back to their SuperSlabs,
- * or with kept_only those of them its flushes kept for their classes (the
- * caller holds h's lock; any thread may: a current run stays). */
+ * or with kept_only those of them its flushes kept for their classes,
+ * the heap then keeping its last SuperSlab (the caller holds h's lock;
+ * any thread may: a current run stays). */
 static void release_empty_partial_runs(struct hak_heap *h, int kept_only) {
+    if (kept_only && !h->empty_slabs) return;
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
         for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
             next = p->next;
             if (p->used || (kept_only && !p->kept)) continue;
             hak_heap_partial_unlink(h, p);
-            hak_heap_run_release(h, hak_ss_of_slab(p), p, 0);
+            hak_heap_run_release(h, hak_ss_of_slab(p), p, kept_only);
         }
     h->empty_slabs = 0;
 }
