@@ -24,9 +24,9 @@ struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT };
  * double, so classes that empty for good) went 49.6 -> 70.5 MB and
  * fragment's final RSS 158 -> 201 MB; with 8 slabs, 49.5 -> 50.2 and
  * 158.1 -> 158.4 (16: about twice that; docs/PERFORMANCE.md, session
- * 26). Tiny classes only: a mid class's
- * run holds a few large blocks, which Pool TLS bins keep already, and a
- * program that frees such blocks expects their slabs to serve any size. */
+ * 26). Tiny classes only: a mid class's run holds a few large blocks,
+ * which Pool TLS bins keep already, and a program that frees such blocks
+ * expects their slabs to serve any size. */
 #define HAK_EMPTY_KEEP_SLABS 8u
 
 static int keep_empty_run(const struct hak_heap *h, const struct hak_slab *s) {
