@@ -33,7 +33,7 @@ void   hak_free_aligned_sized(void *ptr, size_t alignment, size_t size);
  * the same functions when hakmem interposes malloc). hak_malloc_trim gives
  * back what is cached and the pages of free slabs now, ignoring pad, and
  * returns 1 if anything went back. hak_mallinfo2 and hak_mallinfo report
- * hakmem's mappings (see core/malloc_extras.c for what each field holds;
+ * hakmem's mappings (see api/malloc_extras.c for what each field holds;
  * include <malloc.h> for the structs). hak_malloc_stats prints the
  * counters to stderr; hak_malloc_info writes the mallinfo2 figures to fp as
  * XML (options must be 0). */

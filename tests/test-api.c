@@ -126,7 +126,7 @@ stats_superslabs_released (void)
 
 /* A size no memory could satisfy is refused as it is: the caches stay.
  * (A refused mapping makes the thread's caches, empty runs and SuperSlabs
- * go back before one more try, core/pressure.c; for such a size, every
+ * go back before one more try, api/pressure.c; for such a size, every
  * one of them was then mapped again: found by a review.) */
 static void *
 huge_in_fresh_heap (void *arg)
@@ -595,7 +595,7 @@ test_free_sized (void)
 }
 
 /* A free block's first word holds its link with the free mark (0xF4EE) in
- * its top 16 bits (src/core/track.h). A live block whose first word looks
+ * its top 16 bits (src/base/track.h). A live block whose first word looks
  * the same, as a program may store anything, must still free normally
  * (slow path: not on any free list, so not a double free): no report, the
  * block reused, nothing handed out twice. */

@@ -640,7 +640,7 @@ test_random_mix_carves_near_live (void)
 /* Strings appended to (1-24 bytes at a time), their buffers grown by half
  * by realloc when full, up to 2 KiB; one append in 64 frees its string
  * instead. Every growth moves the block to a larger class and leaves the
- * old one behind. Those above 256 B go back to their runs (core/api.c,
+ * old one behind. Those above 256 B go back to their runs (api/api.c,
  * free_moved), where they serve other classes too, not to the thread's
  * bin, where only a request of their own class would take them: the
  * resident set grows by about 1.6 times the peak of live capacity here,

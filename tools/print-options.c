@@ -1,10 +1,10 @@
-/* Renders hakmem's option table (src/core/options.c) as the Markdown table
+/* Renders hakmem's option table (src/base/options.c) as the Markdown table
  * the README shows, so the two cannot drift apart.
  *
  *   print-options             print the table
  *   print-options --check F   exit 1 unless F holds it between the markers
  *   print-options --write F   replace the text between the markers in F */
-#include "core/options.h"
+#include "base/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 #include "backend/chunk_map.h"
-#include "backend/os.h"
+#include "os/os.h"
 
 struct hak_free_tables hak_free_tables;
 uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];

@@ -22,7 +22,7 @@
 #ifndef HAK_CHUNK_MAP_H
 #define HAK_CHUNK_MAP_H
 
-#include "core/size_class.h"
+#include "base/size_class.h"
 
 enum hak_chunk_kind {
     HAK_CHUNK_NONE = 0,       /* not hakmem's */

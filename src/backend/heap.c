@@ -1,7 +1,7 @@
 #include "backend/heap_int.h"
-#include "backend/os.h"
-#include "core/options.h"
-#include "core/track.h"
+#include "os/os.h"
+#include "base/options.h"
+#include "base/track.h"
 
 #include <string.h>
 

@@ -10,7 +10,7 @@
 #define HAK_HEAP_H
 
 #include "backend/superslab.h"
-#include "core/tls.h"
+#include "base/tls.h"
 
 struct hak_heap_stats {
     uint64_t refills, refilled_blocks;
@@ -118,7 +118,7 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty);
 /* Sends one block (already freed for memcheck; the link puts the free mark
  * on it) to its owner's inbox: the free of a thread whose heap is gone
- * (see free_small in core/api.c). */
+ * (see free_small in api/api.c). */
 void hak_heap_free_remote(void *p);
 /* 1 if p (a block of one of h's runs, or of another heap's) is on h's
  * lists: its run's free list (when h owns the run) or h's inbox. Slow. */

@@ -32,10 +32,10 @@
  * would take live bytes beyond its range with it, so runs are never
  * hollowed there (hak_os_pages_match). */
 #include "backend/heap_int.h"
-#include "backend/os.h"
-#include "core/fastpath.h"
-#include "core/options.h"
-#include "core/track.h"
+#include "os/os.h"
+#include "api/fastpath.h"
+#include "base/options.h"
+#include "base/track.h"
 
 #include <string.h>
 

@@ -3,8 +3,8 @@
  * that gives back what stayed free for a decay period. */
 #include "backend/heap_int.h"
 #include "backend/large.h"
-#include "backend/os.h"
-#include "core/options.h"
+#include "os/os.h"
+#include "base/options.h"
 
 #include <string.h>
 
@@ -366,7 +366,7 @@ static void release_empty_runs(struct hak_heap *h) {
     release_empty_partial_runs(h, 0);
 }
 
-/* The calling thread's own heap under memory pressure (core/pressure.c):
+/* The calling thread's own heap under memory pressure (api/pressure.c):
  * its empty runs, current ones too, and then every SuperSlab with no run
  * go back to the pool. Returns how many SuperSlabs did. */
 size_t hak_heap_release_unused(struct hak_heap *h) {
@@ -400,7 +400,7 @@ void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
     if (trim) heap_trim(h);
 }
 
-/* Under memory pressure (core/pressure.c): the empty SuperSlabs of every
+/* Under memory pressure (api/pressure.c): the empty SuperSlabs of every
  * heap but the caller's go to the pool, whatever their heap's high (a
  * sleeping thread's heap, or a heap whose thread a fork() left behind in
  * the child, would never let them go). Try-lock only. */

@@ -7,7 +7,7 @@
 #define HAK_HEAP_INT_H
 
 #include "backend/heap.h"
-#include "core/track.h"
+#include "base/track.h"
 
 /* Every heap ever made, and the queue of abandoned ones (adopted from the
  * head), under lock. The queue's head is written atomically: refill peeks

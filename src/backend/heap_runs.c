@@ -2,7 +2,7 @@
  * and where it goes, and what happens to a run that empties. The caller
  * holds the heap's lock. */
 #include "backend/heap_int.h"
-#include "core/options.h"
+#include "base/options.h"
 
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
     s->state = HAK_SLAB_PARTIAL;

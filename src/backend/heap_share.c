@@ -4,8 +4,8 @@
  * The caller always holds its own heap's lock and only try-locks another
  * heap's. */
 #include "backend/heap_int.h"
-#include "backend/os.h"
-#include "core/options.h"
+#include "os/os.h"
+#include "base/options.h"
 
 /* Before h carves blocks it never had (new pages), it borrows free ones of
  * class cls from a heap whose owner has had no miss for a decay period and

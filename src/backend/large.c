@@ -1,9 +1,9 @@
 #include "backend/large.h"
 #include "backend/chunk_map.h"
-#include "backend/os.h"
+#include "os/os.h"
 #include "backend/superslab.h"
-#include "core/options.h"
-#include "core/track.h"
+#include "base/options.h"
+#include "base/track.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -11,7 +11,7 @@
 #ifndef HAK_LARGE_H
 #define HAK_LARGE_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 #define HAK_LARGE_MAGIC 0x68616b6d4c617267ull  /* "hakmLarg" */
 

@@ -1,8 +1,8 @@
 #include "backend/superslab.h"
 #include "backend/chunk_map.h"
-#include "backend/os.h"
+#include "os/os.h"
 #include "backend/large.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <string.h>
 

@@ -11,8 +11,8 @@
 #ifndef HAK_SUPERSLAB_H
 #define HAK_SUPERSLAB_H
 
-#include "core/common.h"
-#include "core/size_class.h"
+#include "base/common.h"
+#include "base/size_class.h"
 #include "backend/chunk_map.h"
 
 struct hak_heap;

@@ -5,7 +5,7 @@
  * measure what the caches buy. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "core/fastpath.h"
+#include "api/fastpath.h"
 
 static uint32_t direct_capacity(unsigned cls) {
     (void)cls;

@@ -12,7 +12,7 @@
 #ifndef HAK_FRONT_H
 #define HAK_FRONT_H
 
-#include "core/tls.h"
+#include "base/tls.h"
 
 struct hak_cache_ops {
     const char *name;

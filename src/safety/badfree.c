@@ -5,9 +5,9 @@
  * it)? Everything here runs only on slow paths. */
 #define _GNU_SOURCE
 #include "safety/safety.h"
-#include "core/options.h"
-#include "core/tls.h"
-#include "core/track.h"
+#include "base/options.h"
+#include "base/tls.h"
+#include "base/track.h"
 #include "backend/heap.h"
 
 #include <errno.h>

@@ -12,7 +12,7 @@
 #ifndef HAK_SAFETY_H
 #define HAK_SAFETY_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 struct hak_large;
 

@@ -1,6 +1,6 @@
 /* What fork-handlers.sh runs: one way of forking, or none, in a fresh
  * process under a preloaded hakmem, whose HAKMEM_STATS line then says
- * whether its fork handlers were registered (see core/fork.h: not before
+ * whether its fork handlers were registered (see api/fork.h: not before
  * the first fork, daemon or forkpty, or before another library registers
  * handlers).
  *

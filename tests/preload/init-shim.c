@@ -2,7 +2,7 @@
  * makes into the thread library fail, as they do in a process out of
  * thread-specific keys or out of memory. hakmem registers its fork
  * handlers with the __register_atfork that comes after its own (see
- * core/fork_interpose.c), so this one's, which fails. Every
+ * api/fork_interpose.c), so this one's, which fails. Every
  * pthread_key_create made through the dynamic linker fails. */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -3,7 +3,7 @@
 #ifndef HAK_OS_H
 #define HAK_OS_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 /* Maps size bytes (a multiple of HAK_CHUNK_SIZE) read-write at an address
  * aligned to align (a power of two >= HAK_CHUNK_SIZE). NULL on failure. */

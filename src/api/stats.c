@@ -2,9 +2,9 @@
  * paths (refill, flush, remote free, mapping), so they cost nothing on a hit
  * and need no switch; the option only decides whether they are printed. */
 #include "hakmem.h"
-#include "core/fork.h"
-#include "core/init.h"
-#include "core/options.h"
+#include "api/fork.h"
+#include "api/init.h"
+#include "base/options.h"
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "backend/superslab.h"

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "backend/os.h"
+#include "os/os.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -2,8 +2,8 @@
  * never inherits a lock taken by a thread that does not exist there.
  *
  * When they are registered is a choice of the build (src/meson.build):
- * - core/fork_at_init.c (-Dinterpose=false): at init, like any library.
- * - core/fork_interpose.c (the default): not before the process needs
+ * - api/fork_at_init.c (-Dinterpose=false): at init, like any library.
+ * - api/fork_interpose.c (the default): not before the process needs
  *   them, which is before its first fork (fork, __fork, daemon, forkpty) or
  *   before any other code registers fork handlers, whichever comes first. A
  *   process that does neither never calls into that part of libc: its
@@ -15,7 +15,7 @@
 #ifndef HAK_FORK_H
 #define HAK_FORK_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 /* Registers the handlers once; every later call returns at once. Safe
  * from any thread; may allocate (libc's list of handlers grows). */

@@ -1,7 +1,7 @@
 /* Fork handlers registered at init (builds that do not interpose the
  * malloc API, -Dinterpose=false: hakmem is then a library its program
  * calls, and registers like one). */
-#include "core/fork.h"
+#include "api/fork.h"
 
 #include <pthread.h>
 

@@ -1,7 +1,7 @@
-#include "core/init.h"
-#include "core/fork.h"
-#include "core/options.h"
-#include "core/tls.h"
+#include "api/init.h"
+#include "api/fork.h"
+#include "base/options.h"
+#include "base/tls.h"
 #include "front/front.h"
 #include "safety/safety.h"
 #include "backend/chunk_map.h"
@@ -32,7 +32,7 @@ static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
 static pthread_key_t thread_key;
 static int thread_key_made;   /* 0: pthread_key_create failed, thread_key is nobody's */
 
-/* in the order of the choices in core/options.c */
+/* in the order of the choices in base/options.c */
 static const struct hak_cache_ops *const fronts[] = { &hak_front_tcache, &hak_cache_direct };
 static const struct hak_cache_ops *const pools[] = {
 #if HAVE_POOL_TLS_BOX

@@ -25,7 +25,7 @@
 #ifndef HAK_TRACK_H
 #define HAK_TRACK_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 /* A constant, not a secret: the mark only decides whether free takes the
  * slow path, which confirms a double free by finding the block on a free

@@ -1,8 +1,8 @@
-#include "core/fork.h"
-#include "core/options.h"
+#include "api/fork.h"
+#include "base/options.h"
 #include "backend/heap.h"
 #include "backend/large.h"
-#include "backend/os.h"
+#include "os/os.h"
 #include "backend/superslab.h"
 
 extern void *__dso_handle;   /* this object's, as pthread_atfork passes it */

@@ -6,9 +6,9 @@
  * run keeps its SuperSlab mapped, so a large block found no room after the
  * program had freed everything (tests/oom, reuse-after-mid).
  * malloc_trim asks for the same at any time, and for the free slabs that
- * the decay clock would give back later (core/malloc_extras.c). */
-#include "core/pressure.h"
-#include "core/tls.h"
+ * the decay clock would give back later (api/malloc_extras.c). */
+#include "api/pressure.h"
+#include "base/tls.h"
 #include "front/front.h"
 #include "backend/heap.h"
 #include "backend/large.h"

@@ -1,8 +1,8 @@
-/* Process and thread life: set-up on the first call, thread exit (fork: core/fork.h). */
+/* Process and thread life: set-up on the first call, thread exit (fork: api/fork.h). */
 #ifndef HAK_INIT_H
 #define HAK_INIT_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 HAK_DATA atomic_int hak_init_state;   /* 2 once the process is set up */
 void hak_init_slow(void);

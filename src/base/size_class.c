@@ -1,4 +1,4 @@
-#include "core/size_class.h"
+#include "base/size_class.h"
 #include "backend/chunk_map.h"
 #include "backend/superslab.h"
 

@@ -1,10 +1,10 @@
-/* Fork handlers registered when first needed (see core/fork.h): hakmem
+/* Fork handlers registered when first needed (see api/fork.h): hakmem
  * stands in front of the calls that fork or register fork handlers,
  * registers its own first, then passes the call on to the next library
  * that has it (libc, or another interposer loaded after hakmem). */
 #define _GNU_SOURCE
-#include "core/fork.h"
-#include "core/options.h"
+#include "api/fork.h"
+#include "base/options.h"
 
 #include <dlfcn.h>
 #include <pty.h>

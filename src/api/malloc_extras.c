@@ -6,8 +6,8 @@
  * None of this is on a hit path; each call takes the locks the stats take. */
 #define _GNU_SOURCE
 #include "hakmem.h"
-#include "core/init.h"
-#include "core/pressure.h"
+#include "api/init.h"
+#include "api/pressure.h"
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "backend/superslab.h"

@@ -7,7 +7,7 @@
 #ifndef HAK_TLS_H
 #define HAK_TLS_H
 
-#include "core/size_class.h"
+#include "base/size_class.h"
 
 struct hak_heap;
 

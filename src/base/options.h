@@ -4,7 +4,7 @@
 #ifndef HAK_OPTIONS_H
 #define HAK_OPTIONS_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 enum hak_option_id {
     HAK_OPT_FRONT,

@@ -35,7 +35,7 @@
 #ifndef HAK_SIZE_CLASS_H
 #define HAK_SIZE_CLASS_H
 
-#include "core/common.h"
+#include "base/common.h"
 
 #define HAK_TINY_MAX      1040u                 /* front cache range: up to the last tiny class */
 #define HAK_FINE_MAX      256u                  /* 16 B steps up to here */
@@ -137,7 +137,7 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
  * aligned at least as well as an aligned request taking cls needs (a
  * class's blocks are aligned to the largest power of two dividing its
  * size, up to a slab, which memalign relies on; see alloc_aligned in
- * core/api.c). malloc's classes between 256 B and 1 KiB serve no aligned
+ * api/api.c). malloc's classes between 256 B and 1 KiB serve no aligned
  * request, so any class up to twice their size stands in for them: a
  * 400-byte block for a 320-byte one, a 528-byte one for 448. Allowed only
  * larger classes 64-aligned for 320 and 448 and 32-aligned for 672 and
@@ -153,7 +153,7 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
 /* Aligned requests (memalign and the like) with 16 < align <= 64 KiB and
  * size <= HAK_SMALL_MAX: the class to serve them from, the smallest that
  * holds size and whose size is a multiple of align (see alloc_aligned in
- * core/api.c), looked up in tables filled at init rather than searched on
+ * api/api.c), looked up in tables filled at init rather than searched on
  * every call (two scans over the classes cost posix_memalign 1.4x its
  * time; docs/PERFORMANCE.md, session 20). By log2 of the alignment and,
  * up to HAK_TINY_MAX, the size in 16-byte steps (the classes kept for

@@ -2,23 +2,23 @@
  * A hit is: one size-class lookup (malloc: a table by size; free: the
  * slab's class tag), one TLS bin access, a pop or a push.
  * No call, no lock, no atomic read-modify-write, no syscall, no function
- * pointer, no init check (see core/tls.h for why none is needed). Anything
+ * pointer, no init check (see base/tls.h for why none is needed). Anything
  * else is a miss and leaves through a hak_*_slow or hak_free_miss function.
  *
  * Bad frees: the free path checks that p is a block start of its class
  * (a multiply, see size_class.h; classes above 64 KiB, whose blocks span
  * several slabs, in hak_free_miss), and a freed small block carries the free
- * mark (HAK_FREE_TAG in the top bits of its link word, core/track.h; malloc
+ * mark (HAK_FREE_TAG in the top bits of its link word, base/track.h; malloc
  * clears the word), so an interior pointer or a block that is already free
  * leaves the hit path, and the slow path finds out what it is
  * (safety/badfree.c). */
 #ifndef HAK_FASTPATH_H
 #define HAK_FASTPATH_H
 
-#include "core/tls.h"
+#include "base/tls.h"
 #include "backend/chunk_map.h"
 #include "backend/superslab.h"
-#include "core/track.h"
+#include "base/track.h"
 
 void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
@@ -46,7 +46,7 @@ HAK_INLINE void hak_bin_push(struct hak_bin *b, void *p) {
 }
 
 /* The hit paths' own pop and push, on a bin reached through the thread's
- * segment (see core/tls.h); they do what hak_bin_pop and hak_bin_push do. */
+ * segment (see base/tls.h); they do what hak_bin_pop and hak_bin_push do. */
 HAK_INLINE void *hak_fast_pop(hak_fast_bin *b, void *p) {
     b->head = hak_link_get(p);
     b->room++;

@@ -3,15 +3,15 @@
  * linking makes hakmem the process allocator. */
 #define _GNU_SOURCE
 #include "hakmem.h"
-#include "core/fastpath.h"
-#include "core/init.h"
-#include "core/options.h"
-#include "core/pressure.h"
+#include "api/fastpath.h"
+#include "api/init.h"
+#include "base/options.h"
+#include "api/pressure.h"
 #include "front/front.h"
 #include "safety/safety.h"
 #include "backend/heap.h"
 #include "backend/large.h"
-#include "core/track.h"
+#include "base/track.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,7 +53,7 @@ static void *alloc_class(unsigned cls) {
     void *p = b->head;
     if (p) return hak_bin_pop(b, p);
     p = hak_cache_for(cls)->alloc_miss(t, cls);
-    /* refused by the OS (which leaves errno alone, backend/os.c): once
+    /* refused by the OS (which leaves errno alone, os/os.c): once
      * more after what is cached went back */
     if (HAK_UNLIKELY(!p) && hak_release_unused()) p = hak_cache_for(cls)->alloc_miss(t, cls);
     if (HAK_UNLIKELY(!p)) {
@@ -65,7 +65,7 @@ static void *alloc_class(unsigned cls) {
 }
 
 /* A large block; when the OS refuses the mapping, once more after what
- * the process keeps cached went back (core/pressure.c). errno is left as
+ * the process keeps cached went back (api/pressure.c). errno is left as
  * it was when the second try succeeds. A request above HAK_PRESSURE_MAX
  * is refused for its size, not for want of room that caches could make:
  * it keeps the caches (a program probing with absurd sizes made every

@@ -1,4 +1,4 @@
-/* Memory pressure (core/pressure.c): the calling thread's cached blocks,
+/* Memory pressure (api/pressure.c): the calling thread's cached blocks,
  * its heap's empty runs and SuperSlabs, the large-span cache and the
  * SuperSlab pool's ready SuperSlabs all go back to the OS. Returns 1 if
  * anything did, so that a refused allocation is worth trying again. */
