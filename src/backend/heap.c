@@ -393,17 +393,37 @@ void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int kee
     hak_spin_unlock(&h->lock);
 }
 
-size_t hak_heap_bytes_out(struct hak_heap *h) {
-    size_t bytes = 0;
-    hak_spin_lock(&h->lock);
+/* Blocks of h's runs not on a run free list, and their bytes (h's lock
+ * held). */
+static size_t out_of_runs(const struct hak_heap *h, size_t *blocks) {
+    size_t bytes = 0, n = 0;
     for (const struct hak_superslab *ss = h->ss_list; ss; ss = ss->next)
         for (unsigned i = 1; i < HAK_SLABS_PER_SS; i++) {
             const struct hak_slab *s = &ss->slabs[i];
-            if (s->state != HAK_SLAB_FREE && s->state != HAK_SLAB_TAIL)
+            if (s->state != HAK_SLAB_FREE && s->state != HAK_SLAB_TAIL) {
+                n += s->used;
                 bytes += (size_t)s->used * s->block_size;
+            }
         }
+    *blocks = n;
+    return bytes;
+}
+
+size_t hak_heap_bytes_out(struct hak_heap *h) {
+    size_t blocks;
+    hak_spin_lock(&h->lock);
+    size_t bytes = out_of_runs(h, &blocks);
     hak_spin_unlock(&h->lock);
     return bytes;
+}
+
+void hak_heap_snapshot(struct hak_heap *h, struct hak_heap_stats *st, struct hak_heap_usage *u) {
+    hak_spin_lock(&h->lock);
+    *st = h->st;
+    u->bytes_out = out_of_runs(h, &u->blocks_out);
+    u->superslabs = h->ss_count;
+    u->orphaned = atomic_load_explicit(&h->orphaned, memory_order_relaxed) != 0;
+    hak_spin_unlock(&h->lock);
 }
 
 void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg) {

@@ -143,6 +143,10 @@ size_t hak_heap_purge_all_free(struct hak_heap *self);
 /* Bytes of h's runs not on a run free list: in use by the program or
  * waiting in thread caches. A snapshot for stats. */
 size_t hak_heap_bytes_out(struct hak_heap *h);
+/* h's counters and what it holds now, taken under its lock (stats):
+ * orphaned is 1 while its thread has exited and no thread adopted it. */
+struct hak_heap_usage { size_t blocks_out, bytes_out; unsigned superslabs; int orphaned; };
+void hak_heap_snapshot(struct hak_heap *h, struct hak_heap_stats *st, struct hak_heap_usage *u);
 
 /* Visits every heap ever made (stats). */
 void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg);
