@@ -323,62 +323,14 @@ ht_free_keys_and_destroy (GHashTable *blocks)
   g_hash_table_destroy (blocks);
 }
 
-/* What hak_print_stats() (which writes to stderr) prints, as a string to
- * g_free. */
-static inline gchar *
-ht_stats_text (void)
+/* The allocator's figures now (hak_stats_get, the whole struct). Reading
+ * them allocates nothing. */
+static inline struct hak_stats
+ht_stats (void)
 {
-  FILE *f = tmpfile ();
-  g_assert_nonnull (f);
-  fflush (stderr);
-  int saved = dup (2);
-  g_assert_cmpint (dup2 (fileno (f), 2), ==, 2);
-  hak_print_stats ();
-  fflush (stderr);
-  dup2 (saved, 2);
-  close (saved);
-  rewind (f);
-  GString *text = g_string_new (NULL);
-  char chunk[4096];
-  size_t got;
-  while ((got = fread (chunk, 1, sizeof chunk, f)) > 0)
-    g_string_append_len (text, chunk, (gssize) got);
-  fclose (f);
-  return g_string_free (text, FALSE);
-}
-
-/* The first line of hak_print_stats() that starts with `text`, or that
- * contains it when `anywhere`, copied into line[n]; FALSE when there is
- * none. */
-static inline gboolean
-ht_stats_match (const char *text, gboolean anywhere, char *line, size_t n)
-{
-  gchar *all = ht_stats_text ();
-  gchar **lines = g_strsplit (all, "\n", -1);
-  gboolean found = FALSE;
-  for (gchar **l = lines; !found && *l; l++)
-    if (anywhere ? strstr (*l, text) != NULL : g_str_has_prefix (*l, text))
-      {
-        g_strlcpy (line, *l, n);
-        found = TRUE;
-      }
-  g_strfreev (lines);
-  g_free (all);
-  return found;
-}
-
-static inline gboolean
-ht_stats_find (const char *prefix, char *line, size_t n)
-{
-  return ht_stats_match (prefix, FALSE, line, n);
-}
-
-/* The same, failing the test when there is no such line. */
-static inline void
-ht_stats_line (const char *prefix, char *line, size_t n)
-{
-  if (!ht_stats_find (prefix, line, n))
-    g_error ("hak_print_stats() printed no line starting with \"%s\"", prefix);
+  struct hak_stats s;
+  g_assert_cmpint (hak_stats_get (&s, sizeof s), ==, (int) sizeof s);
+  return s;
 }
 
 /* n blocks of `size` bytes into b[], each written in full with `byte`. */
@@ -404,31 +356,6 @@ ht_in_fresh_process (void)
   g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
   g_test_trap_assert_passed ();
   return FALSE;
-}
-
-/* One number of hak_print_stats(): `format` is the start of its line, up
- * to and including one %llu conversion (others skipped with %*llu or %*u),
- * e.g. "hakmem: remote: frees %llu". Fails the test if it does not match. */
-static inline unsigned long long
-ht_stats_number (const char *format)
-{
-  char line[512];
-  size_t prefix = strcspn (format, "%");
-  gchar *start = g_strndup (format, prefix);
-  ht_stats_line (start, line, sizeof line);
-  g_free (start);
-  unsigned long long value = 0;
-  if (sscanf (line, format, &value) != 1)
-    g_error ("stats line \"%s\" does not match \"%s\"", g_strchomp (line), format);
-  return value;
-}
-
-/* Bytes of small blocks out of their runs (in use, in thread caches or in
- * a heap's inbox), as hak_print_stats() reports them. */
-static inline size_t
-ht_stats_bytes_out (void)
-{
-  return (size_t) ht_stats_number ("hakmem: stats: heaps %*u; small blocks out %llu") * 1024;
 }
 
 /* A stage two threads step through, one setting it, the other waiting

@@ -116,12 +116,11 @@ test_malloc_beyond_memory (void)
   T (free) (q);
 }
 
-/* SuperSlabs released from heaps so far, as hak_print_stats() reports. */
+/* SuperSlabs released from heaps so far (hak_stats_get). */
 static unsigned long long
 stats_superslabs_released (void)
 {
-  return ht_stats_number (
-      "hakmem: superslab: runs made %*llu freed %*llu; superslabs acquired %*llu released %llu");
+  return ht_stats ().ss_released;
 }
 
 /* A size no memory could satisfy is refused as it is: the caches stay.

@@ -192,17 +192,17 @@ test_idle_cache_returned (void)
   if (!ht_in_process_with_decay ("10"))
     return;
   ht_keep_allocating ();   /* the sizes in use have their runs */
-  size_t before = ht_stats_bytes_out ();
+  size_t before = ht_stats ().bytes_out;
   ht_alloc_filled (cached, CACHED_BLOCKS, CACHED_BLOCK, 0x77);
   free_all (cached, CACHED_BLOCKS);
-  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = ht_stats_bytes_out ();
+  size_t cached_bytes = (size_t) CACHED_BLOCKS * CACHED_BLOCK, out = ht_stats ().bytes_out;
   g_assert_cmpuint (out, >=, before + cached_bytes / 2);   /* freed into the cache, still there */
   gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
   while (out >= before + cached_bytes / 4 && g_get_monotonic_time () < deadline)
     {
       g_usleep (2000);
       ht_keep_allocating ();   /* other sizes: the thread misses, its heap ticks */
-      out = ht_stats_bytes_out ();
+      out = ht_stats ().bytes_out;
     }
   g_test_message ("%zu KiB out of runs before, %zu KiB after", before >> 10, out >> 10);
   if (out >= before + cached_bytes / 4)
@@ -222,8 +222,7 @@ static void *cycle_blocks[CYCLE_BLOCKS];
 static unsigned long long
 stats_purges_over_bound (void)
 {
-  return ht_stats_number ("hakmem: decay: ticks %*llu, pages given back %*llu times (%*llu of them whole "
-                          "ready SuperSlabs); purge calls for free slabs over the bound %llu");
+  return ht_stats ().dirty_purges;
 }
 
 static void

@@ -41,8 +41,7 @@ page_resident (const void *p)
 static unsigned long long
 stats_hollow_blocks (void)
 {
-  return ht_stats_number ("hakmem: hollow runs (free pages inside runs in use given back): passes %*llu, "
-                          "purge calls %*llu, blocks made hollow %llu");
+  return ht_stats ().hollowed_blocks;
 }
 
 /* Builds the heap, frees all but every KEEP_EVERY-th block (blocks[] keeps

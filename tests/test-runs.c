@@ -43,23 +43,13 @@ in_thread_of_fresh_process (const char *decay_ms, void *(*body) (void *))
 static unsigned long long
 runs_made (void)
 {
-  return ht_stats_number ("hakmem: superslab: runs made %llu");
+  return ht_stats ().runs_made;
 }
 
 static unsigned long long
 runs_freed (void)
 {
-  return ht_stats_number ("hakmem: superslab: runs made %*llu freed %llu");
-}
-
-/* Reading the stats allocates (GLib's strings, stdio): the thread's first
- * reading makes those classes' runs, so that the counts the case compares
- * see only its own blocks' runs. */
-static void
-warm_up_stats (void)
-{
-  (void) runs_made ();
-  (void) runs_freed ();
+  return ht_stats ().runs_freed;
 }
 
 static void
@@ -81,7 +71,6 @@ static void *
 refill_same_runs (void *arg)
 {
   (void) arg;
-  warm_up_stats ();
   alloc_runs (3);
   unsigned long long made = runs_made (), freed = runs_freed ();
   free_runs (3);
@@ -105,7 +94,6 @@ static void *
 empty_many_runs (void *arg)
 {
   (void) arg;
-  warm_up_stats ();
   alloc_runs (MANY_RUNS);
   unsigned long long freed = runs_freed ();
   free_runs (MANY_RUNS);
@@ -130,7 +118,6 @@ static void *
 empty_runs_clock_off (void *arg)
 {
   (void) arg;
-  warm_up_stats ();
   alloc_runs (6);
   unsigned long long freed = runs_freed ();
   free_runs (6);
@@ -176,7 +163,6 @@ static void *
 kept_runs_go_back (void *arg)
 {
   (void) arg;
-  warm_up_stats ();
   alloc_runs (6);
   unsigned long long freed = runs_freed ();
   free_runs (6);
@@ -206,7 +192,6 @@ static void *
 empty_runs_then_sleep (void *arg)
 {
   (void) arg;
-  warm_up_stats ();
   alloc_runs (6);
   sleeper_freed = runs_freed ();
   free_runs (6);
@@ -220,7 +205,6 @@ test_sleeping_thread_kept_runs_go_back (void)
 {
   if (!in_fresh_process ("1"))
     return;
-  warm_up_stats ();
   pthread_t t;
   g_assert_cmpint (pthread_create (&t, NULL, empty_runs_then_sleep, NULL), ==, 0);
   ht_stage_wait (&sleeper, 1);

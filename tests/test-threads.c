@@ -542,7 +542,7 @@ test_create_exit_cycles (void)
  * after its heap was handed back. A new heap is made only when no
  * abandoned one is queued, so every heap then belongs to a live thread or
  * is held for a moment by a live thread draining it: at most two per live
- * thread, the main one included. hak_print_stats() reports the count,
+ * thread, the main one included. hak_stats_get reports the count,
  * checked from a subprocess. */
 enum { CHAIN_SURVIVORS = 4, CHAIN_SLOTS = 32 };
 
@@ -608,18 +608,18 @@ chain_thread (void *arg)
   return NULL;
 }
 
-/* The heap count hak_print_stats() reports. */
+/* The number of heaps ever made (hak_stats_get). */
 static unsigned
 stats_heap_count (void)
 {
-  return (unsigned) ht_stats_number ("hakmem: stats: heaps %llu");
+  return (unsigned) ht_stats ().heaps;
 }
 
-/* Runs made so far, in every heap, as hak_print_stats() reports them. */
+/* Runs made so far, in every heap. */
 static unsigned long long
 stats_runs_made (void)
 {
-  return ht_stats_number ("hakmem: superslab: runs made %llu");
+  return ht_stats ().runs_made;
 }
 
 static void
@@ -742,12 +742,11 @@ rerun_with_decay_10ms (void)
   g_test_trap_assert_passed ();
 }
 
-/* SuperSlabs heaps have taken from the pool so far, as hak_print_stats()
- * reports them. */
+/* SuperSlabs heaps have taken from the pool so far. */
 static unsigned long long
 stats_superslabs_acquired (void)
 {
-  return ht_stats_number ("hakmem: superslab: runs made %*llu freed %*llu; superslabs acquired %llu");
+  return ht_stats ().ss_acquired;
 }
 
 /* A thread that leaves half of its blocks to the main thread and exits:
@@ -879,9 +878,7 @@ test_borrowed_double_free (void)
       join (spawn (free_lent, NULL));   /* back to the main heap's inbox */
       g_usleep (60 * 1000);            /* the main heap is idle: it lends */
       join (spawn (double_free_borrowed, NULL));
-      unsigned long long borrowed = ht_stats_number (
-          "hakmem: refills from a larger class's runs (instead of a new run): %*llu blocks; "
-          "from other heaps' runs: %llu");
+      unsigned long long borrowed = ht_stats ().borrowed_remote;
       g_assert_cmpuint (borrowed, >, 0);   /* the case this test is about */
       return;
     }
@@ -916,7 +913,7 @@ consume_and_wait (void *arg)
 static unsigned long long
 stats_remote_frees (void)
 {
-  return ht_stats_number ("hakmem: remote: frees %llu");
+  return ht_stats ().remote_blocks;
 }
 
 /* Blocks freed into the inbox of a heap whose thread has exited, and that
@@ -960,13 +957,13 @@ test_orphan_inbox_collected (void)
       g_assert_cmpint (pthread_barrier_init (&orphan_sync, NULL, 2), ==, 0);
       pthread_t feeder = spawn (orphan_feeder, NULL);
       pthread_barrier_wait (&orphan_sync);
-      size_t before = ht_stats_bytes_out ();
+      size_t before = ht_stats ().bytes_out;
       unsigned long long remote_before = stats_remote_frees ();
       join (spawn (orphan_maker, NULL));
-      size_t made = ht_stats_bytes_out ();
+      size_t made = ht_stats ().bytes_out;
       pthread_barrier_wait (&orphan_sync);
       join (feeder);
-      size_t after = ht_stats_bytes_out ();
+      size_t after = ht_stats ().bytes_out;
       unsigned long long remote = stats_remote_frees () - remote_before;
       g_test_message ("small blocks out: %zu KiB before, %zu made, %zu after; %llu remote frees",
                       before / 1024, made / 1024, after / 1024, remote);
@@ -974,7 +971,7 @@ test_orphan_inbox_collected (void)
       /* the feeder freed the maker's blocks into the maker's orphaned heap */
       g_assert_cmpuint (remote, >=, ORPHAN_BLOCKS);
       /* all of them back in their runs: what is left out is the feeder's
-       * own block and the stats' own (16 MiB out when they waited) */
+       * own block (16 MiB out when they waited) */
       g_assert_cmpuint (after, <=, before + 64 * HT_KiB);
       g_assert_cmpint (pthread_barrier_destroy (&orphan_sync), ==, 0);
       return;
@@ -1051,10 +1048,10 @@ test_consumer_pushes_per_owner (void)
       while (g_atomic_int_get (&mixed_made) < MIXED_OWNERS)
         g_usleep (1000);
       unsigned long long frees = stats_remote_frees ();
-      unsigned long long pushes = ht_stats_number ("hakmem: remote: frees %*u in %llu pushes");
+      unsigned long long pushes = ht_stats ().remote_pushes;
       join (spawn (mixed_consumer, NULL));   /* its exit sends what its bin kept */
       frees = stats_remote_frees () - frees;
-      pushes = ht_stats_number ("hakmem: remote: frees %*u in %llu pushes") - pushes;
+      pushes = ht_stats ().remote_pushes - pushes;
       g_atomic_int_set (&mixed_freed, 1);
       for (int k = 0; k < MIXED_OWNERS; k++)
         join (owner[k]);
@@ -1078,18 +1075,21 @@ test_consumer_pushes_per_owner (void)
  * bin: 12 blocks of the 1040-byte class, 3 a page, take four refills. */
 enum { CARVED_WANTED = 12, CARVED_SIZE = 1000 };
 
-/* Refills of, and blocks carved for, the class of blocks of `size` bytes
- * (its stats line, "hakmem: class N (  size B): refills R, carved C ..."). */
+/* Refills of, and blocks carved for, the class of blocks of `size` bytes:
+ * the first class of that size with refills (two classes may have one
+ * size, see src/base/size_class.h), 0 and 0 when none has any yet. */
 static void
 stats_class (unsigned size, unsigned long long *refills, unsigned long long *carved)
 {
-  char line[512], label[64];
+  struct hak_stats s = ht_stats ();
   *refills = *carved = 0;
-  g_snprintf (label, sizeof label, "(%6u B):", size);
-  if (!ht_stats_match (label, TRUE, line, sizeof line))
-    return;   /* no refill of that class yet */
-  g_assert_cmpint (sscanf (strstr (line, label) + strlen (label), " refills %llu, carved %llu",
-                           refills, carved), ==, 2);
+  for (uint32_t c = 1; c < s.nclasses; c++)
+    if (s.classes[c].size == size && s.classes[c].refills)
+      {
+        *refills = s.classes[c].refills;
+        *carved = s.classes[c].carved_blocks;
+        return;
+      }
 }
 
 static unsigned long long

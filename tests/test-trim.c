@@ -103,10 +103,10 @@ test_trim_takes_exited_threads_blocks (void)
       for (size_t i = 0; i < n; i++)
         T (free) (b[i]);
       g_free (b);
-      size_t waiting = ht_stats_bytes_out ();
+      size_t waiting = ht_stats ().bytes_out;
       g_assert_cmpuint (waiting, >=, 40 * HT_MiB);   /* in the exited thread's inbox */
       g_assert_cmpint (T (malloc_trim) (0), ==, 1);
-      g_assert_cmpuint (ht_stats_bytes_out (), <, HT_MiB);
+      g_assert_cmpuint (ht_stats ().bytes_out, <, HT_MiB);
       g_assert_cmpuint (rss_bytes_no_alloc (), <, start + 8 * HT_MiB);
       return;
     }
