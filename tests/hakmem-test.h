@@ -36,6 +36,12 @@
 #define HT_POOL_ENABLED 0
 #endif
 #define HT_DEFAULT_POOL (HT_POOL_ENABLED ? "tls" : "none")
+#ifndef HT_LARGE_DIRECT_ENABLED
+#define HT_LARGE_DIRECT_ENABLED 0
+#endif
+#ifndef HT_DEFAULT_LARGE
+#define HT_DEFAULT_LARGE "cached"
+#endif
 
 /* 1 when mid sizes go through the Pool TLS box's per-thread bins: built in
  * and not turned off with HAKMEM_POOL=none. Otherwise marks the calling
@@ -57,6 +63,21 @@ ht_front_bins_or_skip (const char *why)
 {
   const char *front = g_getenv ("HAKMEM_FRONT");
   if (!(front && strcmp (front, "none") == 0))
+    return 1;
+  g_test_skip (why);
+  return 0;
+}
+
+/* 1 when freed large blocks go to the cached large path's cache: the
+ * large box in use is `cached` (HAKMEM_LARGE, or the build's default
+ * when unset or not built). Otherwise marks the calling test skipped. */
+static inline int
+ht_large_cache_or_skip (const char *why)
+{
+  const char *large = g_getenv ("HAKMEM_LARGE");
+  if (!large || !HT_LARGE_DIRECT_ENABLED)
+    large = HT_DEFAULT_LARGE;
+  if (strcmp (large, "cached") == 0)
     return 1;
   g_test_skip (why);
   return 0;

@@ -284,6 +284,7 @@ test_bogus (gconstpointer data)
   const char *env_verbose[] = { kv, "HAKMEM_VERBOSE=1", NULL };
   const char *def = !strcmp (ch->option, "front")    ? HT_DEFAULT_FRONT
                     : !strcmp (ch->option, "safety") ? HT_DEFAULT_SAFETY
+                    : !strcmp (ch->option, "large")  ? HT_DEFAULT_LARGE
                                                      : HT_DEFAULT_POOL;
   Child c;
 
@@ -428,6 +429,9 @@ static const Choice safety_mincore = { "safety", "HAKMEM_SAFETY", "mincore" };
 static const Choice pool_tls = { "pool", "HAKMEM_POOL", "tls" };
 static const Choice pool_none = { "pool", "HAKMEM_POOL", "none" };
 static const Choice pool_bogus = { "pool", "HAKMEM_POOL", "bogus" };
+static const Choice large_cached = { "large", "HAKMEM_LARGE", "cached" };
+static const Choice large_direct = { "large", "HAKMEM_LARGE", "direct" };
+static const Choice large_bogus = { "large", "HAKMEM_LARGE", "bogus" };
 static const Choice front_bogus = { "front", "HAKMEM_FRONT", "bogus" };
 static const Choice safety_bogus = { "safety", "HAKMEM_SAFETY", "bogus" };
 
@@ -457,6 +461,12 @@ main (int argc, char **argv)
   else
     g_test_add_data_func ("/config/pool/tls-not-built", &pool_tls, test_bogus);
   g_test_add_data_func ("/config/pool/none", &pool_none, test_choice);
+  g_test_add_data_func ("/config/large/cached", &large_cached, test_choice);
+  if (HT_LARGE_DIRECT_ENABLED)
+    g_test_add_data_func ("/config/large/direct", &large_direct, test_choice);
+  else
+    g_test_add_data_func ("/config/large/direct-not-built", &large_direct, test_bogus);
+  g_test_add_data_func ("/config/bogus/large", &large_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/front", &front_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/pool", &pool_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/safety", &safety_bogus, test_bogus);

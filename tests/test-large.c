@@ -170,6 +170,8 @@ freed_span_resident_after (unsigned patience_ms, unsigned char **where)
 static void
 test_idle_span_purged_on_clock (void)
 {
+  if (!ht_large_cache_or_skip ("the direct large path keeps no freed block"))
+    return;
   if (!ht_in_process_with_decay ("10"))
     return;
   unsigned char *a;
@@ -188,6 +190,8 @@ test_idle_span_purged_on_clock (void)
 static void
 test_no_clock_keeps_span (void)
 {
+  if (!ht_large_cache_or_skip ("the direct large path keeps no freed block"))
+    return;
   if (!ht_in_process_with_decay ("0"))
     return;
   unsigned char *a;
@@ -204,6 +208,8 @@ test_no_clock_keeps_span (void)
 static void
 test_cache_scales_with_use (void)
 {
+  if (!ht_large_cache_or_skip ("the direct large path keeps no freed block"))
+    return;
   if (!ht_in_process_with_decay ("0"))
     return;
   enum { KEEP = 24, FREED = 6 };
@@ -443,6 +449,215 @@ test_blocks_fit_address_space_limit (void)
     }
 }
 
+/* ---- the direct large path (HAKMEM_LARGE=direct) --------------------
+ * Each case runs in a fresh process with HAKMEM_LARGE=direct, whatever
+ * the variant the suite runs under. */
+
+/* TRUE in that process; in the test's own, starts it and checks that it
+ * passed (or skips the test on a build without the direct path). */
+static gboolean
+in_direct_process (void)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  if (!HT_LARGE_DIRECT_ENABLED)
+    {
+      g_test_skip ("built without the direct large path (-Ddirect=off)");
+      return FALSE;
+    }
+  /* a cache the cached path would keep the freed blocks in */
+  static const char *const vars[] = { "HAKMEM_LARGE", "HAKMEM_LARGE_CACHE_MB" };
+  static const char *const values[] = { "direct", "64" };
+  gchar *saved[G_N_ELEMENTS (vars)];
+  for (size_t i = 0; i < G_N_ELEMENTS (vars); i++)
+    {
+      saved[i] = g_strdup (g_getenv (vars[i]));
+      g_setenv (vars[i], values[i], TRUE);
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  for (size_t i = 0; i < G_N_ELEMENTS (vars); i++)
+    {
+      if (saved[i])
+        g_setenv (vars[i], saved[i], TRUE);
+      else
+        g_unsetenv (vars[i]);
+      g_free (saved[i]);
+    }
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+/* The first page of [lo, hi) that is still mapped, or 0 when none is
+ * (mincore fails with ENOMEM on a page no mapping covers). */
+static uintptr_t
+first_mapped_page (uintptr_t lo, uintptr_t hi)
+{
+  const size_t page = PAGE;
+  unsigned char vec;
+  for (uintptr_t a = lo & ~(uintptr_t) (page - 1); a < hi; a += page)
+    {
+      if (mincore ((void *) a, page, &vec) == 0)
+        return a;
+      g_assert_cmpint (errno, ==, ENOMEM);
+    }
+  return 0;
+}
+
+/* A freed block's pages, its span's header page among them, are unmapped
+ * by the free itself: no cache, no clock. */
+static void
+test_direct_free_unmaps (void)
+{
+  if (!in_direct_process ())
+    return;
+  static const size_t sizes[] = { 300 * 1000, 3 * HT_MiB + 5, 24 * HT_MiB };
+  for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
+    {
+      size_t size = ht_opaque (sizes[i]);
+      unsigned char *p = T (malloc) (size);
+      g_assert_nonnull (p);
+      memset (p, 0x6B, size);
+      uintptr_t lo = ((uintptr_t) p - 1) & ~(uintptr_t) (PAGE - 1), hi = (uintptr_t) p + size;
+      g_assert_cmpuint (first_mapped_page (lo, hi), ==, lo);
+      T (free) (p);
+      uintptr_t left = first_mapped_page (lo, hi);
+      if (left)
+        g_error ("page %#lx of a freed %zu-byte block [%p, +%zu) is still mapped",
+                 (unsigned long) left, size, (void *) p, size);
+    }
+}
+
+/* mallinfo2 counts the blocks in use in hblks and hblkhd, and nothing is
+ * kept for reuse once they are freed: keepcost (what a trim would unmap)
+ * does not grow by their bytes, as the cached path's would. */
+static void
+test_direct_mallinfo2_drops (void)
+{
+  if (!in_direct_process ())
+    return;
+  static const size_t sizes[] = { 270000, 600 * 1000, 2 * HT_MiB, 5 * HT_MiB + 1, 12 * HT_MiB };
+  unsigned char *b[G_N_ELEMENTS (sizes)];
+  size_t total = 0;
+  struct mallinfo2 before = T (mallinfo2) ();
+  for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
+    {
+      b[i] = T (malloc) (ht_opaque (sizes[i]));
+      g_assert_nonnull (b[i]);
+      memset (b[i], (int) i + 1, sizes[i]);
+      total += sizes[i];
+    }
+  struct mallinfo2 in_use = T (mallinfo2) ();
+  g_assert_cmpuint (in_use.hblks, ==, before.hblks + G_N_ELEMENTS (sizes));
+  g_assert_cmpuint (in_use.hblkhd, >=, before.hblkhd + total);
+  for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
+    T (free) (b[i]);
+  struct mallinfo2 after = T (mallinfo2) ();
+  g_assert_cmpuint (after.hblks, ==, 0);
+  g_assert_cmpuint (after.hblkhd, ==, 0);
+  if (after.keepcost >= before.keepcost + sizes[0])
+    g_error ("keepcost grew from %zu to %zu after %zu bytes of large blocks were freed: "
+             "they were kept", before.keepcost, after.keepcost, total);
+}
+
+/* realloc keeps the contents growing (in place, and moved past a page
+ * mapped right after the block) and shrinking; a shrink unmaps the pages
+ * past the block's new end at once. */
+static void
+test_direct_realloc_keeps_contents (void)
+{
+  if (!in_direct_process ())
+    return;
+  const size_t page = PAGE;
+  size_t size = ht_opaque (400 * 1000);
+  unsigned char *p = T (malloc) (size);
+  g_assert_nonnull (p);
+  ht_fill (p, size, 1);
+
+  /* the page after the block taken by someone else: growing must move */
+  uintptr_t end = ((uintptr_t) p + size + page - 1) & ~(uintptr_t) (page - 1);
+  unsigned char *q = mmap ((void *) end, page, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  g_assert_true (q != MAP_FAILED);
+  if (q != (unsigned char *) end)
+    {
+      /* a kernel older than 4.17 (or valgrind) takes the address as a hint */
+      munmap (q, page);
+      q = NULL;
+    }
+  else
+    memset (q, 0x11, page);
+
+  static const size_t steps[] = { 900 * 1000, 3 * HT_MiB, 3 * HT_MiB + 8000, 40 * HT_MiB,
+                                  5 * HT_MiB, 2 * HT_MiB - 100, 300 * 1000, 7 * HT_MiB };
+  for (size_t i = 0; i < G_N_ELEMENTS (steps); i++)
+    {
+      size_t next = ht_opaque (steps[i]);
+      size_t kept = size < next ? size : next;
+      unsigned char *r = T (realloc) (p, next);
+      if (!r)
+        g_error ("realloc(%p, %zu) failed: %s", (void *) p, next, strerror (errno));
+      if (ht_check (r, kept, i + 1) != SIZE_MAX)
+        g_error ("realloc from %zu to %zu bytes lost the contents (offset %zu)", size, next,
+                 ht_check (r, kept, i + 1));
+      g_assert_cmpuint (T (malloc_usable_size) (r), >=, next);
+      g_assert_cmpint (hak_owns (r), ==, 1);
+      if (next < size)
+        {
+          uintptr_t past = ((uintptr_t) r + T (malloc_usable_size) (r) + page - 1) & ~(uintptr_t) (page - 1);
+          uintptr_t left = first_mapped_page (past, (uintptr_t) r + size);
+          if (left)
+            g_error ("page %#lx past a block shrunk from %zu to %zu bytes is still mapped",
+                     (unsigned long) left, size, next);
+        }
+      p = r;
+      size = next;
+      ht_fill (p, size, i + 2);
+    }
+  T (free) (p);
+  if (q)
+    {
+      g_assert_true (ht_all_bytes (q, page, 0x11));
+      munmap (q, page);
+    }
+}
+
+/* Alignments of 4 MiB and more: the block is aligned, fully usable,
+ * hakmem's, zeroed by calloc-like use of fresh pages, and gone at free. */
+static void
+test_direct_aligned_4m (void)
+{
+  if (!in_direct_process ())
+    return;
+  static const size_t aligns[] = { 4 * HT_MiB, 8 * HT_MiB, 64 * HT_MiB };
+  for (size_t i = 0; i < G_N_ELEMENTS (aligns); i++)
+    {
+      size_t size = ht_opaque (5 * HT_MiB + 16 * i);
+      void *v = NULL;
+      g_assert_cmpint (T (posix_memalign) (&v, aligns[i], size), ==, 0);
+      unsigned char *p = v;
+      ht_assert_aligned (p, aligns[i]);
+      g_assert_true (ht_all_bytes (p, size, 0));   /* a fresh mapping */
+      g_assert_cmpuint (T (malloc_usable_size) (p), >=, size);
+      g_assert_cmpint (hak_owns (p), ==, 1);
+      ht_fill (p, size, i);
+      unsigned char *r = T (realloc) (p, 2 * size);
+      g_assert_nonnull (r);
+      ht_assert_pattern (r, size, i);
+      ht_assert_aligned (r, aligns[i]);
+      T (free) (r);
+      g_assert_cmpuint (first_mapped_page ((uintptr_t) r, (uintptr_t) r + 2 * size), ==, 0);
+    }
+  unsigned char *a = T (aligned_alloc) (4 * HT_MiB, 4 * HT_MiB);
+  g_assert_nonnull (a);
+  ht_assert_aligned (a, 4 * HT_MiB);
+  memset (a, 0xEE, 4 * HT_MiB);
+  T (free) (a);
+  unsigned char *c = T (calloc) (1, 4 * HT_MiB);   /* likely where a was: zeros all the same */
+  g_assert_nonnull (c);
+  g_assert_true (ht_all_bytes (c, 4 * HT_MiB, 0));
+  T (free) (c);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -456,5 +671,9 @@ main (int argc, char **argv)
   g_test_add_func ("/large/block-maps-only-its-pages", test_block_maps_only_its_pages);
   g_test_add_func ("/large/blocks-fit-address-space-limit", test_blocks_fit_address_space_limit);
   g_test_add_func ("/large/foreign-chunk-while-span-goes", test_foreign_chunk_while_span_goes);
+  g_test_add_func ("/large/direct/free-unmaps", test_direct_free_unmaps);
+  g_test_add_func ("/large/direct/mallinfo2-drops", test_direct_mallinfo2_drops);
+  g_test_add_func ("/large/direct/realloc-keeps-contents", test_direct_realloc_keeps_contents);
+  g_test_add_func ("/large/direct/aligned-4m", test_direct_aligned_4m);
   return g_test_run ();
 }

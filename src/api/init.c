@@ -6,6 +6,7 @@
 #include "safety/safety.h"
 #include "backend/chunk_map.h"
 #include "backend/heap.h"
+#include "backend/large.h"
 #include "backend/superslab.h"
 
 #include <pthread.h>
@@ -26,6 +27,7 @@ const struct hak_cache_ops *hak_pool = &hak_pool_tls;
 const struct hak_cache_ops *hak_pool = &hak_cache_direct;
 #endif
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
+const struct hak_large_ops *hak_large_box = &hak_large_cached;
 
 atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
@@ -61,6 +63,8 @@ void hak_init_slow(void) {
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
+    hak_large_box = hak_large_box_named(hak_opt_choice(HAK_OPT_LARGE));
+    if (!hak_large_box) hak_large_box = &hak_large_cached;
     hak_cache_limits_init();
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     /* a box that checks every free wants no tag on the hit path */

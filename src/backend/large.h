@@ -1,19 +1,30 @@
-/* Large path: requests above HAK_SMALL_MAX get their own span of 2 MiB-aligned
- * chunks, registered in the chunk map. The span's header sits at its start;
- * the user block follows at the requested alignment. Only the pages the
- * block reaches are mapped at first: a 270 KB block whose 2 MiB were all
- * mapped cost eight times its size in address space and commit charge,
- * and failed under `ulimit -v` where glibc's did not. The rest of the last
- * chunk may then hold anything (a file, a stack, glibc's mmap): pointers
- * there are not hakmem's. Freed spans wait in a small
- * cache for reuse (a larger one is cut to size, the rest stays cached);
- * realloc moves pages with mremap instead of copying. */
+/* Large path box contract: requests above HAK_SMALL_MAX. Two
+ * implementations share one span layout (backend/large.c):
+ *   cached (large_cached.c, default): freed spans wait in a cache for
+ *     reuse, cut to size or grown, and give their pages back on the clock;
+ *   direct (large_direct.c, -Ddirect=on): every block is its own mapping,
+ *     unmapped at free, resized by mremap page for page: no memory kept
+ *     for reuse, at the cost of a map and an unmap per block.
+ * Chosen once at init (HAKMEM_LARGE); only misses reach the large path, so
+ * the ops table costs no hit path anything.
+ *
+ * The span layout: a block gets its own span of 2 MiB-aligned chunks,
+ * registered in the chunk map (first chunk HAK_CHUNK_LARGE, the rest
+ * HAK_CHUNK_LARGE_TAIL). The span's header sits at its start; the user
+ * block follows at the requested alignment. Only the pages the block
+ * reaches are mapped: a 270 KB block whose 2 MiB were all mapped cost
+ * eight times its size in address space and commit charge, and failed
+ * under `ulimit -v` where glibc's did not. The rest of the last chunk may
+ * then hold anything (a file, a stack, glibc's mmap): pointers there are
+ * not hakmem's. */
 #ifndef HAK_LARGE_H
 #define HAK_LARGE_H
 
 #include "base/common.h"
 
 #define HAK_LARGE_MAGIC 0x68616b6d4c617267ull  /* "hakmLarg" */
+/* Bytes before the block at the smallest alignment: the header's. */
+#define HAK_LARGE_HEADER 64
 
 struct hak_large {
     uint64_t magic;
@@ -21,13 +32,66 @@ struct hak_large {
     size_t mapped;            /* bytes mapped from its start: pages, at most span */
     void *user;               /* the block handed out; NULL while cached */
     size_t usable;            /* bytes from user to the end of the block's last page */
-    struct hak_large *next;   /* cache list */
+    struct hak_large *next;   /* cache list (cached) */
     /* Bytes from the span's start past which no page has been written
      * since it was mapped or last purged: the furthest any block of it
      * reached (its usable end). Those pages read as zeros. */
     size_t dirty;
-    uint32_t freed_ms;        /* when it entered the cache (hak_os_clock_ms) */
+    uint32_t freed_ms;        /* when it entered the cache (hak_os_clock_ms; cached) */
 };
+
+struct hak_large_ops {
+    const char *name;
+    /* A block of size bytes at align (0 or a power of two), or NULL with
+     * errno ENOMEM. *stale (when not NULL) is how many of the block's
+     * first bytes may hold old data (a reused span); the rest, and a fresh
+     * mapping, read as zeros. */
+    void *(*alloc)(size_t size, size_t align, size_t *stale);
+    /* h is the header found for the block (hak_large_header). */
+    void (*free)(struct hak_large *h);
+    /* The block resized to size (> HAK_SMALL_MAX), contents kept, moved
+     * or not; NULL with errno ENOMEM and the block untouched. */
+    void *(*realloc)(struct hak_large *h, size_t size);
+    /* Unmaps every span kept for reuse; returns how many bytes that gave back. */
+    size_t (*release_cache)(void);
+    /* Purges the pages of kept spans that have waited long enough, at
+     * most max_calls of them; returns how many. */
+    unsigned (*decay)(uint32_t now, uint32_t period, unsigned max_calls);
+    /* Bytes of spans kept for reuse. */
+    size_t (*cached_bytes)(void);
+    /* Its lock around fork (NULL: it has none). */
+    void (*fork_prepare)(void);
+    void (*fork_parent)(void);
+    void (*fork_child)(void);
+};
+
+HAK_DATA const struct hak_large_ops hak_large_cached;
+#if HAVE_LARGE_DIRECT_BOX
+HAK_DATA const struct hak_large_ops hak_large_direct;
+#endif
+/* The implementations built, NULL-terminated. */
+HAK_DATA const struct hak_large_ops *const hak_large_boxes[];
+/* The implementation of that name, or NULL when it is not built. */
+const struct hak_large_ops *hak_large_box_named(const char *name);
+/* The box chosen at init; frozen afterwards. */
+HAK_DATA const struct hak_large_ops *hak_large_box;
+
+static inline void *hak_large_alloc(size_t size, size_t align, size_t *stale) {
+    return hak_large_box->alloc(size, align, stale);
+}
+static inline void hak_large_free(struct hak_large *h) { hak_large_box->free(h); }
+static inline void *hak_large_realloc(struct hak_large *h, size_t size) {
+    return hak_large_box->realloc(h, size);
+}
+static inline size_t hak_large_release_cache(void) { return hak_large_box->release_cache(); }
+static inline unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
+    return hak_large_box->decay(now, period, max_calls);
+}
+
+/* ---- shared by the implementations (backend/large.c) ------------------ */
+
+/* Header of the span containing p, walking back over tail chunks, or NULL. */
+struct hak_large *hak_large_header(const void *p);
 
 /* Threads reading a span's header to classify a pointer in its chunks.
  * A pointer in the unmapped rest of a span's last chunk is someone else's
@@ -43,29 +107,34 @@ static inline void hak_large_read_begin(void) {
 static inline void hak_large_read_end(void) {
     __atomic_fetch_sub(&hak_large_readers, 1, __ATOMIC_RELEASE);
 }
+void hak_large_readers_wait(void);
 
-/* *stale (when not NULL) is how many of the block's first bytes may hold
- * old data (a span from the cache); the rest, and a fresh mapping, read
- * as zeros. */
-void  *hak_large_alloc(size_t size, size_t align, size_t *stale);
-/* h is the header found for p (see hak_large_header). */
-void   hak_large_free(struct hak_large *h);
-void  *hak_large_realloc(struct hak_large *h, size_t size);
-/* Header of the span containing p, walking back over tail chunks, or NULL. */
-struct hak_large *hak_large_header(const void *p);
-
-/* Unmaps every cached span; returns how many bytes that gave back. */
-size_t hak_large_release_cache(void);
-/* Purges the pages of cached spans that have waited long enough (a
- * number of periods of HAKMEM_DECAY_MS; see large.c), at most max_calls
- * of them; returns how many. */
-unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls);
+/* Offset of the user block from the span start for this alignment. */
+size_t hak_large_user_offset(size_t align);
+/* Bytes of chunks for a block of size at align; 0 when too large. */
+size_t hak_large_span_for(size_t size, size_t align);
+/* Usable end of a block of size bytes at offset off: the end of its last page. */
+size_t hak_large_reach_for(size_t off, size_t size);
+/* A new span of `span` bytes at align with only the first `reach` bytes'
+ * pages mapped (h->mapped set; nothing else), or NULL. */
+struct hak_large *hak_large_map_span(size_t span, size_t reach, size_t align);
+/* Fills in span h's header for a block of `reach` bytes from its start
+ * at the offset for align. */
+void hak_large_publish(struct hak_large *h, size_t span, size_t align, size_t reach);
+/* Enters / removes `bytes` of span chunks from p on in the chunk map. */
+void hak_large_map_add(void *p, size_t bytes);
+void hak_large_map_remove(void *p, size_t bytes);
 
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
 
 struct hak_large_stats { size_t mapped, unmapped, cache_hits, cached_bytes, remaps, live_bytes, live_spans, splits, purges, grown; };
+/* The counters, kept by the implementations with relaxed atomic adds
+ * (hak_large_count); cached_bytes is filled in by hak_large_stats. */
+HAK_DATA struct hak_large_stats hak_large_st;
+#define hak_large_count(field, n) __atomic_fetch_add(&hak_large_st.field, (n), __ATOMIC_RELAXED)
+#define hak_large_uncount(field, n) __atomic_fetch_sub(&hak_large_st.field, (n), __ATOMIC_RELAXED)
 void hak_large_stats(struct hak_large_stats *out);
 
 #endif

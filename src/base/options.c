@@ -28,6 +28,14 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
 #endif
         HAKMEM_DEFAULT_SAFETY,
         "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
+    [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_CHOICE,
+#if HAVE_LARGE_DIRECT_BOX
+        { "cached", "direct" },
+#else
+        { "cached" },
+#endif
+        HAKMEM_DEFAULT_LARGE,
+        "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0 },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },
