@@ -64,7 +64,7 @@ HAK_EXPORT void hak_print_stats(void) {
             lg.mapped, lg.unmapped, lg.cache_hits, lg.splits, lg.grown, lg.remaps, lg.purges, lg.live_bytes >> 10,
             lg.cached_bytes >> 10);
     static const char *const fork_states[] = {
-        [HAK_FORK_NOT_YET] = "not registered (no fork and no other handlers yet)",
+        [HAK_FORK_NOT_YET] = "not registered yet (hakmem not initialised)",
         [HAK_FORK_REGISTERED] = "registered",
         [HAK_FORK_FAILED] = "registration failed",
     };
