@@ -42,6 +42,7 @@ enum
   CHILD_GRANDCHILD_FAILED = 14,
   CHILD_NOT_OWNED = 15,
   CHILD_VALGRIND_ERRORS = 16,
+  CHILD_HANDLER_NOT_RUN = 17,
   VALGRIND_ERROR_EXIT = 1,
 };
 
@@ -57,6 +58,7 @@ child_code_name (int code)
     case CHILD_GRANDCHILD_FAILED: return "a grandchild failed";
     case CHILD_NOT_OWNED: return "hak_owns() != 1 for a child's block";
     case CHILD_VALGRIND_ERRORS: return "memcheck found memory errors in the child";
+    case CHILD_HANDLER_NOT_RUN: return "the child's fork handler did not run once";
     default: return "unknown";
     }
 }
@@ -529,10 +531,11 @@ test_fork_while_threads_start (void)
  * library does in its constructor, or a program in main), may allocate:
  * its prepare handler runs before hakmem's takes the locks, and its child
  * and parent handlers after hakmem's have released them, because hakmem
- * registers first, at its init. (Session 23 tried registering hakmem's at
- * the first lock after a second thread started: these forks then hung,
- * the parent in prepare or the child in its handler.) */
+ * registers first, at its init (api/fork.h). Each handler counts its
+ * runs, so that a fork that skipped them cannot pass; the child checks
+ * its own count (the parent never runs child handlers). */
 static void *volatile handler_block;
+static gint handler_prepares, handler_parents, handler_children;
 
 static void
 allocate_in_handler (void)
@@ -548,6 +551,10 @@ allocate_in_handler (void)
     }
 }
 
+static void prepare_allocating (void) { allocate_in_handler (); g_atomic_int_inc (&handler_prepares); }
+static void parent_allocating (void) { allocate_in_handler (); g_atomic_int_inc (&handler_parents); }
+static void child_allocating (void) { allocate_in_handler (); g_atomic_int_inc (&handler_children); }
+
 static void
 test_fork_other_handlers_allocate (void)
 {
@@ -559,8 +566,8 @@ test_fork_other_handlers_allocate (void)
       g_test_trap_assert_passed ();
       return;
     }
-  g_assert_cmpint (pthread_atfork (allocate_in_handler, allocate_in_handler,
-                                   allocate_in_handler), ==, 0);
+  g_assert_cmpint (pthread_atfork (prepare_allocating, parent_allocating,
+                                   child_allocating), ==, 0);
   pthread_t t;
   g_atomic_int_set (&stop_workers, 0);
   g_atomic_int_set (&threads_entered, 0);
@@ -570,9 +577,13 @@ test_fork_other_handlers_allocate (void)
     {
       pid_t pid = fork_flushed ();
       if (pid == 0)
-        _exit (child_workload ((uint64_t) it + 300));
+        _exit (g_atomic_int_get (&handler_children) == 1 ? child_workload ((uint64_t) it + 300)
+                                                          : CHILD_HANDLER_NOT_RUN);
       wait_child (pid, it);
+      g_assert_cmpint (g_atomic_int_get (&handler_prepares), ==, it + 1);
+      g_assert_cmpint (g_atomic_int_get (&handler_parents), ==, it + 1);
     }
+  g_assert_cmpint (g_atomic_int_get (&handler_children), ==, 0);
   g_atomic_int_set (&stop_workers, 1);
   pthread_join (t, NULL);
 }

@@ -5,9 +5,8 @@
 #include "os/os.h"
 #include "backend/superslab.h"
 
-extern void *__dso_handle;   /* this object's, as pthread_atfork passes it */
+#include <pthread.h>
 
-static hak_spinlock_t register_lock = HAK_SPINLOCK_INIT;
 static atomic_int registered;   /* HAK_FORK_* */
 
 /* One fork at a time through the handlers. glibc 2.36 runs the handlers of
@@ -37,35 +36,21 @@ static void fork_child(void) {
     hak_ss_fork_child();
     hak_heap_fork_child();
     /* This handler running proves the registration done, even if the
-     * fork (one that bypassed hakmem's wrappers) landed while the
-     * registering thread, absent here, still held its lock. */
+     * fork landed before the registering thread, absent here, said so. */
     atomic_store_explicit(&registered, HAK_FORK_REGISTERED, memory_order_relaxed);
-    hak_spin_unlock(&register_lock);
     hak_spin_unlock(&fork_lock);
 }
 
-/* The lock makes a second caller wait until the first has registered: a
- * thread must not fork, nor let another library register, before
- * hakmem's handlers are in the list. The registration function is found
- * before the lock is taken: finding it may take the dynamic linker's
- * lock, which a dlopen holds while its constructors run, and one that
- * registers handlers then waits for this lock. libc's handler lock is
- * taken inside, but never held by anyone waiting for this one; the
- * allocations libc makes meanwhile take no hakmem lock held here. */
-void hak_fork_handlers_register(void) {
-    if (atomic_load_explicit(&registered, memory_order_acquire)) return;
-    hak_register_atfork_fn reg = hak_fork_register_fn();
-    hak_spin_lock(&register_lock);
-    if (!atomic_load_explicit(&registered, memory_order_relaxed)) {
-        int failed = reg(fork_prepare, fork_parent, fork_child, __dso_handle);
-        if (failed)
-            hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread "
-                    "is in the allocator may hang\n");
-        /* a failure too is final: one warning, not one on every fork */
-        atomic_store_explicit(&registered, failed ? HAK_FORK_FAILED : HAK_FORK_REGISTERED,
-                              memory_order_release);
-    }
-    hak_spin_unlock(&register_lock);
+/* libc's __register_atfork takes its own lock only, no dynamic linker's,
+ * so this is safe from a constructor and from a malloc that the dynamic
+ * linker makes; an allocation it makes is served (init is done). */
+void hak_fork_at_init(void) {
+    int failed = pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (failed)
+        hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread "
+                "is in the allocator may hang\n");
+    atomic_store_explicit(&registered, failed ? HAK_FORK_FAILED : HAK_FORK_REGISTERED,
+                          memory_order_release);
 }
 
 int hak_fork_handlers_state(void) {

@@ -172,7 +172,7 @@ HAK_EXPORT void hak_print_stats(void) {
             (unsigned long long)s->large_purges, (unsigned long long)(s->large_live_bytes >> 10),
             (unsigned long long)(s->large_cached_bytes >> 10));
     static const char *const fork_states[] = {
-        [HAK_FORK_NOT_YET] = "not registered (no fork and no other handlers yet)",
+        [HAK_FORK_NOT_YET] = "not registered yet (hakmem not initialised)",
         [HAK_FORK_REGISTERED] = "registered",
         [HAK_FORK_FAILED] = "registration failed",
     };

@@ -1,8 +1,6 @@
 /* What fork-handlers.sh runs: one way of forking, or none, in a fresh
  * process under a preloaded hakmem, whose HAKMEM_STATS line then says
- * whether its fork handlers were registered (see api/fork.h: not before
- * the first fork, daemon or forkpty, or before another library registers
- * handlers).
+ * that its fork handlers were registered (at init: api/fork.h).
  *
  *   fork-handlers none|fork|daemon|forkpty|order|concurrent
  *   fork-handlers dlopen LIBRARY
@@ -11,21 +9,22 @@
  * while two threads allocate and free blocks of every path; the child
  * (the daemon itself, for daemon) allocates and frees from every path
  * too, which hangs if it inherited a lock held by a thread that does not
- * exist in it. order: first register handlers that allocate, a 4 MiB
- * block among others (a global lock of hakmem's: they hang if hakmem's
- * prepare handler ran before them), then start the threads and fork 20
- * times. concurrent: three threads fork (two by fork, one by forkpty) 300
- * times each at once, while the two threads allocate and another starts
- * up to 40 threads that stay (each a new heap): glibc runs the handlers
- * of simultaneous forks at the same time, and hakmem's prepare handlers,
- * each locking the list of heaps as it grew, once deadlocked on each
- * other's heap locks (every run hung). dlopen: a thread
- * loads LIBRARY (fork-handlers-lib.c), whose constructor registers fork
- * handlers 0.3 s in, while the dynamic linker's lock is held; 0.1 s in,
- * the main thread makes the process's first fork (hakmem's first
- * registration then once waited for that lock while holding its own,
- * which the constructor's registration waited for). Prints "ok" (the
- * daemon's, for daemon) and exits 0 when every check holds. */
+ * exist in it. order: handlers that allocate, a 4 MiB block among others
+ * (a global lock of hakmem's: they hang if hakmem's prepare handler ran
+ * before them), registered by the program's constructor before anything
+ * of the program's allocates and again in main, then the threads start
+ * and the program forks 20 times; every handler must have run, once a
+ * fork each (the child handlers in the child). concurrent: three threads
+ * fork (two by fork, one by forkpty) 300 times each at once, while the
+ * two threads allocate and another starts up to 40 threads that stay
+ * (each a new heap): glibc runs the handlers of simultaneous forks at the
+ * same time, and hakmem's prepare handlers, each locking the list of
+ * heaps as it grew, once deadlocked on each other's heap locks (every run
+ * hung). dlopen: a thread loads LIBRARY (fork-handlers-lib.c), whose
+ * constructor registers handlers that allocate 0.3 s in, while the
+ * dynamic linker's lock is held; 0.1 s in, the main thread forks; once
+ * the library is loaded, 5 forks more, where its handlers must run. Prints
+ * "ok" (the daemon's, for daemon) and exits 0 when every check holds. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -69,14 +68,44 @@ static void *churn(void *arg)
     return NULL;
 }
 
-static void allocating_handler(void)
+/* order: the program's handlers, and how often each kind ran */
+static atomic_int prepares, parents, children;
+static int handler_sets;   /* registered so far */
+/* dlopen: the library's counts (NULL until it is loaded) */
+static atomic_int *lib_children;
+
+static void allocate_or_abort(void)
 {
     if (!touch_every_path())
         abort();
 }
+static void prepare_handler(void) { allocate_or_abort(); atomic_fetch_add(&prepares, 1); }
+static void parent_handler(void) { allocate_or_abort(); atomic_fetch_add(&parents, 1); }
+static void child_handler(void) { allocate_or_abort(); atomic_fetch_add(&children, 1); }
 
+static void register_allocating_handlers(void)
+{
+    if (pthread_atfork(prepare_handler, parent_handler, child_handler))
+        die("pthread_atfork failed");
+    handler_sets++;
+}
+
+/* Before main, and before anything of the program's allocates; after a
+ * preloaded library's constructor. glibc passes argv to constructors. */
+__attribute__((constructor)) static void register_in_constructor(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "order"))
+        register_allocating_handlers();
+}
+
+/* The child: every handler set's child handler ran once, here (the
+ * parent never runs them: its counts are 0); then allocate. */
 static void child_work_and_exit(void)
 {
+    if (atomic_load(&children) != handler_sets)
+        _exit(2);
+    if (lib_children && atomic_load(lib_children) != 1)
+        _exit(3);
     _exit(touch_every_path() ? 0 : 1);
 }
 
@@ -85,8 +114,14 @@ static void wait_child(pid_t pid)
     int status;
     if (pid < 0)
         die("fork failed");
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
         die("a child failed");
+    if (WEXITSTATUS(status) == 2)
+        die("a child ran the program's child handlers a wrong number of times");
+    if (WEXITSTATUS(status) == 3)
+        die("a child did not run the library's child handler once");
+    if (WEXITSTATUS(status))
+        die("a child could not allocate");
 }
 
 static void fork_one(int by_forkpty)
@@ -142,9 +177,10 @@ static void *add_heaps(void *arg)
 
 static void *load(void *path)
 {
-    if (!dlopen(path, RTLD_NOW))
+    void *lib = dlopen(path, RTLD_NOW);
+    if (!lib)
         die(dlerror());
-    return NULL;
+    return lib;
 }
 
 int main(int argc, char **argv)
@@ -158,12 +194,25 @@ int main(int argc, char **argv)
             die("pthread_create failed");
         usleep(100000);   /* the loader is in the constructor now */
         fork_one(0);
-        pthread_join(loader, NULL);
+        void *lib;
+        pthread_join(loader, &lib);
+        atomic_int *lib_prepares = dlsym(lib, "fork_handlers_lib_prepares");
+        atomic_int *lib_parents = dlsym(lib, "fork_handlers_lib_parents");
+        lib_children = dlsym(lib, "fork_handlers_lib_children");
+        if (!lib_prepares || !lib_parents || !lib_children)
+            die("the library's counts are missing");
+        for (int i = 0; i < 5; i++)
+            fork_one(0);
+        if (atomic_load(lib_prepares) != 5 || atomic_load(lib_parents) != 5)
+            die("the library's prepare or parent handler did not run once a fork");
         puts("ok");
         return 0;
     }
-    if (!strcmp(how, "order") && pthread_atfork(allocating_handler, allocating_handler, allocating_handler))
-        die("pthread_atfork failed");
+    if (!strcmp(how, "order")) {
+        if (handler_sets != 1)
+            die("the constructor registered no handlers");
+        register_allocating_handlers();
+    }
     if (!touch_every_path())
         die("malloc failed");
     if (!strcmp(how, "none")) {
@@ -174,9 +223,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2; i++)
         if (pthread_create(&th[i], NULL, churn, NULL))
             die("pthread_create failed");
-    if (!strcmp(how, "fork") || !strcmp(how, "order")) {
-        for (int i = 0; i < (strcmp(how, "order") ? 1 : 20); i++)
+    if (!strcmp(how, "fork")) {
+        fork_one(0);
+    } else if (!strcmp(how, "order")) {
+        for (int i = 0; i < 20; i++)
             fork_one(0);
+        if (atomic_load(&prepares) != 20 * handler_sets || atomic_load(&parents) != 20 * handler_sets)
+            die("a prepare or parent handler did not run once a fork");
     } else if (!strcmp(how, "forkpty")) {
         fork_one(1);
     } else if (!strcmp(how, "concurrent")) {

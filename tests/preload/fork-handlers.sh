@@ -1,14 +1,13 @@
 #!/bin/sh
-# When a preloaded hakmem registers its fork handlers:
+# Forks under a preloaded hakmem, and its fork handlers' state:
 #
 #   fork-handlers.sh PROGRAM LIBHAKMEM HOW EXPECTED [ARG]
 #
 # Runs PROGRAM (fork-handlers.c) HOW [ARG] with LIBHAKMEM preloaded and
 # HAKMEM_STATS=1. Passes when it prints "ok", exits 0, and every stats
 # line about fork handlers that reaches stderr (one a process that exits
-# through exit) says EXPECTED ("registered" or "not registered"). Command
-# substitution waits for every process holding stdout, so a daemon's
-# "ok" is waited for too.
+# through exit) says EXPECTED ("registered"). Command substitution waits
+# for every process holding stdout, so a daemon's "ok" is waited for too.
 set -u
 prog=$1 lib=$2 how=$3 want=$4
 shift 4

@@ -1,12 +1,13 @@
 #!/bin/sh
-# hakmem when pthread_key_create (at init) and the registration of its fork
-# handlers (at the first fork) fail:
+# hakmem when pthread_key_create and the registration of its fork handlers
+# (both at init) fail:
 #
 #   init-failures.sh SHIM PROGRAM LIBHAKMEM
 #
 # Runs PROGRAM (init-failures.c) with SHIM (init-shim.c, which makes both
-# calls fail) preloaded after LIBHAKMEM, so that the __register_atfork
-# hakmem passes its registration on to is the shim's. Passes when the
+# calls fail) preloaded after LIBHAKMEM, so that the pthread_key_create
+# and __register_atfork (what pthread_atfork calls) hakmem reaches are the
+# shim's, which come before libc's. Passes when the
 # program exits 0 with "ok" on stdout and hakmem's stderr names both
 # failures, once each.
 set -u

@@ -1,9 +1,9 @@
 /* Preloaded after libhakmem.so by init-failures.sh: the two calls hakmem
  * makes into the thread library fail, as they do in a process out of
- * thread-specific keys or out of memory. hakmem registers its fork
- * handlers with the __register_atfork that comes after its own (see
- * api/fork_interpose.c), so this one's, which fails. Every
- * pthread_key_create made through the dynamic linker fails. */
+ * thread-specific keys or out of memory. hakmem's pthread_atfork (linked
+ * into it from libc_nonshared.a) calls __register_atfork, this one's,
+ * which comes before libc's and fails. Every pthread_key_create made
+ * through the dynamic linker fails. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
