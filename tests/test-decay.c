@@ -187,7 +187,7 @@ static void *cached[CACHED_BLOCKS];
 static void
 test_idle_cache_returned (void)
 {
-  if (!ht_pool_bins_or_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=disabled): 64 KiB blocks are not cached"))
+  if (!ht_pool_bins_or_skip ("no Pool TLS box (HAKMEM_POOL=none or -Dpool=off): 64 KiB blocks are not cached"))
     return;
   if (!ht_in_process_with_decay ("10"))
     return;

@@ -25,6 +25,11 @@ static char *render(void) {
             size_t v = 0;
             for (int c = 0; c < 4 && o->choices[c]; c++)
                 v += (size_t)snprintf(values + v, sizeof values - v, "%s`%s`", c ? ", " : "", o->choices[c]);
+        } else if (o->kind == HAK_OPT_BOX) {
+            /* every implementation, built in this build or not */
+            size_t v = 0;
+            for (int c = 0; o->impls[c].name; c++)
+                v += (size_t)snprintf(values + v, sizeof values - v, "%s`%s`", c ? ", " : "", o->impls[c].name);
         } else {
             snprintf(values, sizeof values, o->kind == HAK_OPT_BOOL ? "`0`, `1`" : "number");
         }

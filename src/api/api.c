@@ -8,6 +8,7 @@
 #include "base/options.h"
 #include "api/pressure.h"
 #include "front/front.h"
+#include "pool/pool.h"
 #include "safety/safety.h"
 #include "backend/heap.h"
 #include "backend/large.h"
@@ -23,6 +24,17 @@ extern void  __libc_free(void *);
 extern void *__libc_realloc(void *, size_t);
 
 /* ---- misses ------------------------------------------------------------- */
+
+/* The box whose bins hold class cls: the front cache for tiny classes, the
+ * Pool TLS box for mid ones. */
+static void *box_alloc_miss(struct hak_tls *t, unsigned cls) {
+    return hak_class_is_tiny(cls) ? hak_front->alloc_miss(t, cls) : hak_pool->alloc_miss(t, cls);
+}
+
+static void box_free_miss(struct hak_tls *t, void *p, unsigned cls) {
+    if (hak_class_is_tiny(cls)) hak_front->free_miss(t, p, cls);
+    else hak_pool->free_miss(t, p, cls);
+}
 
 /* A malloc from a thread whose heap was handed back at its exit (a key
  * destructor that runs after hakmem's, or glibc's own late cleanup): borrow
@@ -52,10 +64,10 @@ static void *alloc_class(unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     void *p = b->head;
     if (p) return hak_bin_pop(b, p);
-    p = hak_cache_for(cls)->alloc_miss(t, cls);
+    p = box_alloc_miss(t, cls);
     /* refused by the OS (which leaves errno alone, os/os.c): once
      * more after what is cached went back */
-    if (HAK_UNLIKELY(!p) && hak_release_unused()) p = hak_cache_for(cls)->alloc_miss(t, cls);
+    if (HAK_UNLIKELY(!p) && hak_release_unused()) p = box_alloc_miss(t, cls);
     if (HAK_UNLIKELY(!p)) {
         errno = ENOMEM;
         return NULL;
@@ -125,7 +137,7 @@ static void free_small(void *p, unsigned cls) {
         return;   /* no memory even for a heap: the block is lost, never reused twice */
     struct hak_bin *b = &t->bins[cls];
     if (b->room) hak_bin_push(b, p);
-    else hak_cache_for(cls)->free_miss(t, p, cls);
+    else box_free_miss(t, p, cls);
 }
 
 /* Where the inline free path sends whatever it did not push, with the tag

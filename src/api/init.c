@@ -3,6 +3,7 @@
 #include "base/options.h"
 #include "base/tls.h"
 #include "front/front.h"
+#include "pool/pool.h"
 #include "safety/safety.h"
 #include "backend/chunk_map.h"
 #include "backend/heap.h"
@@ -21,11 +22,7 @@ __thread struct hak_tls hak_tls __attribute__((tls_model("initial-exec")));
 /* Defaults until init chooses: the boxes work before the environment is
  * read (a free of a foreign pointer can come before any malloc). */
 const struct hak_cache_ops *hak_front = &hak_front_tcache;
-#if HAVE_POOL_TLS_BOX
-const struct hak_cache_ops *hak_pool = &hak_pool_tls;
-#else
-const struct hak_cache_ops *hak_pool = &hak_cache_direct;
-#endif
+const struct hak_pool_ops *hak_pool = &hak_pool_none;
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
 const struct hak_large_ops *hak_large_box = &hak_large_cached;
 
@@ -33,21 +30,6 @@ atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
 static pthread_key_t thread_key;
 static int thread_key_made;   /* 0: pthread_key_create failed, thread_key is nobody's */
-
-/* in the order of the choices in base/options.c */
-static const struct hak_cache_ops *const fronts[] = { &hak_front_tcache, &hak_cache_direct };
-static const struct hak_cache_ops *const pools[] = {
-#if HAVE_POOL_TLS_BOX
-    &hak_pool_tls,
-#endif
-    &hak_cache_direct,
-};
-static const struct hak_safety_ops *const safeties[] = {
-    &hak_safety_registry,
-#if HAVE_MINCORE_BOX
-    &hak_safety_mincore,
-#endif
-};
 
 static void thread_exit(void *arg);
 
@@ -60,12 +42,12 @@ void hak_init_slow(void) {
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_options_init(environ);
     hak_size_class_init();
-    hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
-    hak_pool = pools[hak_opt(HAK_OPT_POOL)];
-    hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
-    hak_large_box = hak_large_box_named(hak_opt_choice(HAK_OPT_LARGE));
-    if (!hak_large_box) hak_large_box = &hak_large_cached;
-    hak_cache_limits_init();
+    hak_front = hak_opt_box(HAK_OPT_FRONT);
+    hak_pool = hak_opt_box(HAK_OPT_POOL);
+    hak_safety = hak_opt_box(HAK_OPT_SAFETY);
+    hak_large_box = hak_opt_box(HAK_OPT_LARGE);
+    hak_cache_limits_init(1, hak_front->capacity);
+    hak_cache_limits_init(0, hak_pool->capacity);
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     /* a box that checks every free wants no tag on the hit path */
     hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);

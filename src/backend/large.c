@@ -1,6 +1,6 @@
 /* What both large-path implementations share (backend/large.h): the span
  * layout and its place in the chunk map, the header lookup for the safety
- * boxes and their readers count, the counters, and the choice of box. */
+ * boxes and their readers count, the counters. */
 #include "backend/large.h"
 #include "backend/chunk_map.h"
 #include "os/os.h"
@@ -9,20 +9,6 @@
 #include <string.h>
 
 _Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits before the block");
-
-const struct hak_large_ops *const hak_large_boxes[] = {
-    &hak_large_cached,
-#if HAVE_LARGE_DIRECT_BOX
-    &hak_large_direct,
-#endif
-    NULL,
-};
-
-const struct hak_large_ops *hak_large_box_named(const char *name) {
-    for (const struct hak_large_ops *const *b = hak_large_boxes; *b; b++)
-        if (strcmp((*b)->name, name) == 0) return *b;
-    return NULL;
-}
 
 unsigned hak_large_readers;
 struct hak_large_stats hak_large_st;
@@ -95,23 +81,20 @@ struct hak_large *hak_large_header(const void *p) {
     return h->magic == HAK_LARGE_MAGIC ? h : NULL;
 }
 
-/* Every built implementation's lock, whichever is chosen: init may choose
- * between a fork's prepare and its parent or child handler. */
+/* The chosen box's lock: fork handlers are registered at init, after the
+ * box is chosen (api/fork.c), so it does not change under a fork. */
 void hak_large_fork_prepare(void) {
-    for (const struct hak_large_ops *const *b = hak_large_boxes; *b; b++)
-        if ((*b)->fork_prepare) (*b)->fork_prepare();
+    if (hak_large_box->fork_prepare) hak_large_box->fork_prepare();
 }
 void hak_large_fork_parent(void) {
-    for (const struct hak_large_ops *const *b = hak_large_boxes; *b; b++)
-        if ((*b)->fork_parent) (*b)->fork_parent();
+    if (hak_large_box->fork_parent) hak_large_box->fork_parent();
 }
 /* Threads that were reading a span header when another forked do not
  * exist in the child, and their count would make its every unmap wait
  * for good (the forking thread, running this, reads none). */
 void hak_large_fork_child(void) {
     __atomic_store_n(&hak_large_readers, 0, __ATOMIC_RELAXED);
-    for (const struct hak_large_ops *const *b = hak_large_boxes; *b; b++)
-        if ((*b)->fork_child) (*b)->fork_child();
+    if (hak_large_box->fork_child) hak_large_box->fork_child();
 }
 
 void hak_large_stats(struct hak_large_stats *out) {

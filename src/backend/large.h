@@ -65,14 +65,9 @@ struct hak_large_ops {
     void (*fork_child)(void);
 };
 
+/* The implementations (api/boxes.c lists them; direct only with -Ddirect=on). */
 HAK_DATA const struct hak_large_ops hak_large_cached;
-#if HAVE_LARGE_DIRECT_BOX
 HAK_DATA const struct hak_large_ops hak_large_direct;
-#endif
-/* The implementations built, NULL-terminated. */
-HAK_DATA const struct hak_large_ops *const hak_large_boxes[];
-/* The implementation of that name, or NULL when it is not built. */
-const struct hak_large_ops *hak_large_box_named(const char *name);
 /* The box chosen at init; frozen afterwards. */
 HAK_DATA const struct hak_large_ops *hak_large_box;
 

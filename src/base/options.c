@@ -9,33 +9,18 @@
 #include <unistd.h>
 
 struct hak_option hak_options[HAK_OPT_COUNT] = {
-    [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_CHOICE,
-        { "tcache", "none" }, HAKMEM_DEFAULT_FRONT,
-        "front cache box for tiny sizes (<= 1040 B): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0 },
-    [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_CHOICE,
-#if HAVE_POOL_TLS_BOX
-        { "tls", "none" },
-#else
-        { "none" },
-#endif
-        HAKMEM_DEFAULT_POOL,
-        "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
-    [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_CHOICE,
-#if HAVE_MINCORE_BOX
-        { "registry", "mincore" },
-#else
-        { "registry" },
-#endif
-        HAKMEM_DEFAULT_SAFETY,
-        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
-    [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_CHOICE,
-#if HAVE_LARGE_DIRECT_BOX
-        { "cached", "direct" },
-#else
-        { "cached" },
-#endif
-        HAKMEM_DEFAULT_LARGE,
-        "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0 },
+    [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_FRONT,
+        "front cache box for tiny sizes (<= 1040 B): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0,
+        .impls = hak_front_boxes },
+    [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_POOL,
+        "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0,
+        .impls = hak_pool_boxes },
+    [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_SAFETY,
+        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0,
+        .impls = hak_safety_boxes },
+    [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_LARGE,
+        "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0,
+        .impls = hak_large_boxes },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },
@@ -67,9 +52,17 @@ void hak_log(const char *fmt, ...) {
     (void)w;
 }
 
-/* Returns 1 and stores the parsed value when text is valid for opt. */
+/* Returns 1 and stores the parsed value when text is valid for opt; for a
+ * box implementation this build left out, stores its index and returns -1. */
 static int parse_value(const struct hak_option *opt, const char *text, long *out) {
     switch (opt->kind) {
+    case HAK_OPT_BOX:
+        for (long i = 0; opt->impls[i].name; i++)
+            if (strcmp(text, opt->impls[i].name) == 0) {
+                *out = i;
+                return opt->impls[i].ops ? 1 : -1;
+            }
+        return 0;
     case HAK_OPT_CHOICE:
         for (long i = 0; i < 4 && opt->choices[i]; i++)
             if (strcmp(text, opt->choices[i]) == 0) { *out = i; return 1; }
@@ -105,6 +98,12 @@ static void describe_choices(const struct hak_option *opt, char *buf, size_t len
         return;
     }
     size_t used = 0;
+    if (opt->kind == HAK_OPT_BOX) {
+        for (int i = 0; opt->impls[i].name; i++)
+            if (opt->impls[i].ops)
+                used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "|" : "", opt->impls[i].name);
+        return;
+    }
     for (int i = 0; i < 4 && opt->choices[i]; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "|" : "", opt->choices[i]);
 }
@@ -113,7 +112,12 @@ void hak_options_init(char **envp) {
     for (int i = 0; i < HAK_OPT_COUNT; i++) {
         struct hak_option *opt = &hak_options[i];
         long v = 0;
-        if (!parse_value(opt, opt->default_value, &v)) v = 0;  /* build default not compiled in */
+        if (parse_value(opt, opt->default_value, &v) != 1) {
+            /* build default not compiled in: the first implementation that is */
+            v = 0;
+            if (opt->kind == HAK_OPT_BOX)
+                while (!opt->impls[v].ops) v++;
+        }
         opt->value = v;
         opt->source = "default";
     }
@@ -132,14 +136,19 @@ void hak_options_init(char **envp) {
             continue;
         }
         long v;
-        if (parse_value(opt, eq + 1, &v)) {
+        int parsed = parse_value(opt, eq + 1, &v);
+        if (parsed == 1) {
             opt->value = v;
             opt->source = "env";
+        } else if (parsed < 0) {
+            hak_log("hakmem: %s=%s: not in this build (built with -D%s=off); using %s\n",
+                    opt->env, eq + 1, opt->impls[v].option, opt->impls[opt->value].name);
         } else {
             char allowed[128];
             describe_choices(opt, allowed, sizeof allowed);
             hak_log("hakmem: warning: %s=%s is not valid (expected %s); using %s\n",
-                    opt->env, eq + 1, allowed, opt->default_value);
+                    opt->env, eq + 1, allowed,
+                    opt->kind == HAK_OPT_BOX ? opt->impls[opt->value].name : opt->default_value);
         }
     }
 }
@@ -148,8 +157,8 @@ void hak_options_print(void) {
     hak_log("hakmem: version %s\n", HAKMEM_VERSION);
     for (int i = 0; i < HAK_OPT_COUNT; i++) {
         const struct hak_option *o = &hak_options[i];
-        if (o->kind == HAK_OPT_CHOICE)
-            hak_log("hakmem: %s = %s (%s%s%s)\n", o->name, o->choices[o->value], o->source,
+        if (o->kind == HAK_OPT_CHOICE || o->kind == HAK_OPT_BOX)
+            hak_log("hakmem: %s = %s (%s%s%s)\n", o->name, hak_opt_choice((enum hak_option_id)i), o->source,
                     o->source[0] == 'e' ? " " : "", o->source[0] == 'e' ? o->env : "");
         else
             hak_log("hakmem: %s = %ld (%s%s%s)\n", o->name, o->value, o->source,

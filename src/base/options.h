@@ -5,6 +5,7 @@
 #define HAK_OPTIONS_H
 
 #include "base/common.h"
+#include "base/box.h"
 
 enum hak_option_id {
     HAK_OPT_FRONT,
@@ -21,7 +22,9 @@ enum hak_option_id {
     HAK_OPT_COUNT
 };
 
-enum hak_option_kind { HAK_OPT_CHOICE, HAK_OPT_BOOL, HAK_OPT_NUMBER };
+/* HAK_OPT_BOX: the choice of a box's implementation, by name from its
+ * table (base/box.h); value is the index of the chosen entry. */
+enum hak_option_kind { HAK_OPT_CHOICE, HAK_OPT_BOOL, HAK_OPT_NUMBER, HAK_OPT_BOX };
 
 struct hak_option {
     const char *name;          /* short name, e.g. "front" */
@@ -34,18 +37,26 @@ struct hak_option {
     long value;                /* choice index, 0/1, or the number */
     const char *source;        /* "default", "env", "build" */
     long max;                  /* for HAK_OPT_NUMBER: the largest valid value; 0 = none */
+    const struct hak_box_impl *impls;   /* for HAK_OPT_BOX: the box's table */
 };
 
 HAK_DATA struct hak_option hak_options[HAK_OPT_COUNT];
 
 /* Scans envp once and resolves every option; warns (one line on stderr) about
- * unknown HAKMEM_* names and bad values, which keep the default. */
+ * unknown HAKMEM_* names and bad values, and says so (one line) when a box
+ * implementation is named that this build left out: these keep the
+ * default. */
 void hak_options_init(char **envp);
 void hak_options_print(void);
 
 static inline long hak_opt(enum hak_option_id id) { return hak_options[id].value; }
 static inline const char *hak_opt_choice(enum hak_option_id id) {
-    return hak_options[id].choices[hak_options[id].value];
+    const struct hak_option *o = &hak_options[id];
+    return o->kind == HAK_OPT_BOX ? o->impls[o->value].name : o->choices[o->value];
+}
+/* The ops table of the implementation chosen for a HAK_OPT_BOX option. */
+static inline const void *hak_opt_box(enum hak_option_id id) {
+    return hak_options[id].impls[hak_options[id].value].ops;
 }
 
 /* Writes a message to stderr with write(2): safe inside the allocator. */

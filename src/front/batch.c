@@ -7,9 +7,9 @@
 
 uint32_t hak_bin_limit[HAK_NBINS];
 
-void hak_cache_limits_init(void) {
+void hak_cache_limits_init(int tiny, uint32_t (*capacity)(unsigned cls)) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
-        hak_bin_limit[c] = hak_cache_for(c)->capacity(c);
+        if (hak_class_is_tiny(c) == tiny) hak_bin_limit[c] = capacity(c);
 }
 
 void hak_cache_thread_init(struct hak_tls *t) {

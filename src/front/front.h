@@ -1,6 +1,6 @@
-/* Per-thread cache box contract, shared by the two boxes that own bins: the
- * front cache (tiny classes, up to 1040 B) and the Pool TLS box (mid
- * classes, 1152 B to 256 KiB).
+/* Front cache box contract: per-thread caching of the tiny classes (up to
+ * 1040 B, hak_class_is_tiny), and the bin code it shares with the Pool TLS
+ * box (pool/pool.h, mid classes), which may use everything declared here.
  *
  * A box's hit path is NOT in this table: malloc pops bins[cls] and free
  * pushes onto it inline, with no call, when the bin has a block (malloc) or
@@ -8,7 +8,7 @@
  * costs nothing on a hit.
  *
  * Preconditions for every op: the calling thread is set up (hak_tls.state ==
- * 1, hak_tls.heap != NULL) and cls (not HAK_CLASS_INVALID) is in the box's range. */
+ * 1, hak_tls.heap != NULL) and cls is a tiny class. */
 #ifndef HAK_FRONT_H
 #define HAK_FRONT_H
 
@@ -26,18 +26,10 @@ struct hak_cache_ops {
 };
 
 HAK_DATA const struct hak_cache_ops hak_front_tcache;
-HAK_DATA const struct hak_cache_ops hak_cache_direct;   /* "none" for either box */
-#if HAVE_POOL_TLS_BOX
-HAK_DATA const struct hak_cache_ops hak_pool_tls;
-#endif
+HAK_DATA const struct hak_cache_ops hak_front_none;
 
-/* The boxes chosen at init; frozen afterwards. */
+/* The box chosen at init; frozen afterwards. */
 HAK_DATA const struct hak_cache_ops *hak_front;
-HAK_DATA const struct hak_cache_ops *hak_pool;
-
-static inline const struct hak_cache_ops *hak_cache_for(unsigned cls) {
-    return hak_class_is_tiny(cls) ? hak_front : hak_pool;
-}
 
 /* A bin's capacity starts small and doubles on every refill up to its
  * box's capacity for the class (hak_bin_limit, fixed at init): a thread
@@ -64,13 +56,19 @@ HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
  * are left out: their misses are many and a page of their blocks is cheap.
  * Numbers in docs/PERFORMANCE.md, session 12. */
 #define HAK_STANDIN_MAX 8u
-void hak_cache_limits_init(void);
+/* Fixes hak_bin_limit of the tiny classes (tiny = 1) or of the mid ones
+ * (tiny = 0) from their box's capacity, at init. */
+void hak_cache_limits_init(int tiny, uint32_t (*capacity)(unsigned cls));
 void hak_cache_thread_init(struct hak_tls *t);
 
 /* Batch moves between a bin and the thread's heap, for caching boxes:
  * refill half a bin and pop one block; or flush down to half and push p. */
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls);
 void  hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls);
+/* The misses of a box with no bins (capacity 0, front/direct.c): one block
+ * from the thread's heap; p straight back to its heap. */
+void *hak_cache_take_one(struct hak_tls *t, unsigned cls);
+void  hak_cache_give_one(struct hak_tls *t, void *p, unsigned cls);
 /* Sends p (a validated block the program just freed) straight back to its
  * heap, past the bin: to its run, or to its owner's inbox. */
 void  hak_cache_free_to_heap(struct hak_tls *t, void *p);

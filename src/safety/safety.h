@@ -36,9 +36,7 @@ struct hak_safety_ops {
 };
 
 HAK_DATA const struct hak_safety_ops hak_safety_registry;
-#if HAVE_MINCORE_BOX
-HAK_DATA const struct hak_safety_ops hak_safety_mincore;
-#endif
+HAK_DATA const struct hak_safety_ops hak_safety_mincore;   /* only with -Dmincore=on */
 HAK_DATA const struct hak_safety_ops *hak_safety;
 
 /* The checks shared by the boxes once a chunk's map entry is known:

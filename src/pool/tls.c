@@ -4,6 +4,7 @@
  * per-thread bins sized by bytes, so a mid-size hit is as cheap as a tiny
  * one and a miss moves a batch. Blocks freed by other threads reach the
  * owner through its lock-free inbox (backend/heap.c). */
+#include "pool/pool.h"
 #include "front/front.h"
 
 /* Up to 2 MiB a class, between 4 and 128 blocks (bins start at 4 and grow
@@ -19,7 +20,7 @@ static uint32_t pool_capacity(unsigned cls) {
     return n < 4 ? 4 : n > 128 ? 128 : n;
 }
 
-const struct hak_cache_ops hak_pool_tls = {
+const struct hak_pool_ops hak_pool_tls = {
     .name = "tls",
     .capacity = pool_capacity,
     .alloc_miss = hak_cache_refill_pop,
