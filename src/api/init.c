@@ -15,16 +15,9 @@
 
 extern char **environ;
 
-__thread struct hak_tls hak_tls __attribute__((tls_model("initial-exec")));
-
-/* Defaults until init chooses: the boxes work before the environment is
- * read (a free of a foreign pointer can come before any malloc). */
-const struct hak_cache_ops *hak_front = &hak_front_tcache;
-#if HAVE_POOL_TLS_BOX
-const struct hak_cache_ops *hak_pool = &hak_pool_tls;
-#else
-const struct hak_cache_ops *hak_pool = &hak_cache_direct;
-#endif
+/* Default until init chooses: the box works before the environment is
+ * read (a free of a foreign pointer can come before any malloc). The
+ * cache boxes' defaults are in front/batch.c. */
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
 
 atomic_int hak_init_state;
@@ -58,6 +51,7 @@ void hak_init_slow(void) {
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_options_init(environ);
     hak_size_class_init();
+    hak_ss_class_checks_init();
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];

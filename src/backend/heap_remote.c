@@ -15,7 +15,6 @@
  * of its time there (session 20). A walk of the inbox block by block
  * (hak_heap_holds_free) still sees an ordinary list. */
 #include "backend/heap_int.h"
-#include "api/fastpath.h"
 
 _Static_assert(HAK_SLAB_SIZE <= 65536 && HAK_SLAB_SIZE / 16 < 65536,
                "a stretch's last block offset and count fit 16 bits each");

@@ -6,7 +6,6 @@
 #include "base/track.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 
 #define HAK_LARGE_HEADER 64
@@ -29,7 +28,7 @@ unsigned hak_large_readers;
 /* After a span left the chunk map, before its pages go or move (large.h). */
 static void readers_wait(void) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&hak_large_readers, __ATOMIC_ACQUIRE)) sched_yield();
+    while (__atomic_load_n(&hak_large_readers, __ATOMIC_ACQUIRE)) hak_os_yield();
 }
 
 static struct {

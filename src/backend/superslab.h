@@ -212,6 +212,12 @@ unsigned hak_ss_per_slab(size_t bs);
 #define HAK_RUN_LEVELS 3u   /* run sizes a heap steps through for a class */
 #define HAK_RUN_SMALL_FROM (16u << 10)   /* blocks this size and up: smallest runs */
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level);
+/* Block-start checks by class (base/size_class.h): from a slab's start
+ * (hak_class_magic) for classes whose blocks stay inside a slab, from the
+ * run's start (hak_class_run_check) for every class. Made at init, after
+ * hak_size_class_init. */
+HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
+void hak_ss_class_checks_init(void);
 /* Runs inside a SuperSlab (owner thread only). A run goes where it covers
  * the most dirty slabs (pages some earlier run already touched), so freed
  * memory is reused before untouched memory is faulted in: without that, a

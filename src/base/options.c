@@ -1,4 +1,5 @@
 #include "base/options.h"
+#include "os/os.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -6,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_CHOICE,
@@ -55,8 +55,7 @@ void hak_log(const char *fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
-    (void)w;
+    hak_os_write_stderr(buf, (size_t)n);
 }
 
 /* Returns 1 and stores the parsed value when text is valid for opt. */

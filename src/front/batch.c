@@ -3,7 +3,12 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "api/fastpath.h"
+#include "base/bin.h"
+
+/* The boxes init chooses (api/init.c), which sets them before any
+ * thread's bins are set up: only then do the ops run. */
+const struct hak_cache_ops *hak_front = &hak_front_tcache;
+const struct hak_cache_ops *hak_pool = &hak_cache_direct;
 
 uint32_t hak_bin_limit[HAK_NBINS];
 

@@ -5,7 +5,6 @@
  * measure what the caches buy. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "api/fastpath.h"
 
 static uint32_t direct_capacity(unsigned cls) {
     (void)cls;

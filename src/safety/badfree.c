@@ -9,12 +9,10 @@
 #include "base/tls.h"
 #include "base/track.h"
 #include "backend/heap.h"
+#include "os/os.h"
 
-#include <errno.h>
 #include <link.h>
 #include <stdlib.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 void hak_report_bad(const char *op, const void *p, const char *reason) {
     long mode = hak_opt(HAK_OPT_ON_ERROR);
@@ -70,11 +68,7 @@ static int in_loaded_segment(struct dl_phdr_info *info, size_t size, void *arg) 
 
 /* Copies n bytes from addr, or fails if any of them is unreadable. */
 static int read_safely(uintptr_t addr, void *out, size_t n) {
-    struct iovec local = { out, n }, remote = { (void *)addr, n };
-    int saved = errno;
-    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    errno = saved;
-    return got == (ssize_t)n;
+    return hak_os_read_checked((const void *)addr, out, n);
 }
 
 int hak_foreign_plausible(const void *p) {
