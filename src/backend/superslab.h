@@ -47,7 +47,7 @@ struct hak_slab {
      * (hak_slab_hollow_bits) */
     uint32_t nhollow;
     uint8_t queued;          /* in its heap's queue of runs to hollow (hak_slab_queue) */
-    uint8_t kept;            /* emptied, and kept with its class by a flush (heap.c, run_put) */
+    uint8_t kept;            /* emptied, and kept with its class by a flush (hak_run_put, heap_int.h) */
 };
 
 /* The rest of a run's hollow state, kept out of struct hak_slab so that it
@@ -106,7 +106,7 @@ HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
 }
 /* The heap a SuperSlab belongs to. Other threads read it to send blocks
  * back while a heap that took it over from an exited thread's may be
- * writing it (backend/heap_share.c, ss_move): a stale read only sends a block to
+ * writing it (backend/heap_orphans.c, ss_move): a stale read only sends a block to
  * the previous owner's inbox, which forwards it. */
 static inline struct hak_heap *hak_ss_owner(const struct hak_superslab *ss) {
     return __atomic_load_n(&ss->owner, __ATOMIC_RELAXED);

@@ -140,7 +140,7 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
 }
 
 /* 1 when free blocks of class `big` may be handed out for class cls (see
- * refill_from_larger in backend/heap.c): at most twice the size, and
+ * refill_from_larger in backend/heap_refill.c): at most twice the size, and
  * aligned at least as well as an aligned request taking cls needs (a
  * class's blocks are aligned to the largest power of two dividing its
  * size, up to a slab, which memalign relies on; see alloc_aligned in

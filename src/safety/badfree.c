@@ -39,7 +39,7 @@ int hak_small_is_free(void *p, unsigned cls) {
     struct hak_heap *mine = t->state == 1 ? t->heap : NULL;
     if (mine) {
         /* its own class's bin, or that of a smaller class it was handed
-         * to while free (backend/heap.c, refill_from_larger) */
+         * to while free (backend/heap_refill.c, refill_from_larger) */
         for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
             if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
         if (hak_heap_holds_free(mine, p)) return 1;
