@@ -4,6 +4,7 @@
  *   print-options             print the table
  *   print-options --check F   exit 1 unless F holds it between the markers
  *   print-options --write F   replace the text between the markers in F */
+#include "api/init.h"
 #include "base/options.h"
 
 #include <stdio.h>
@@ -54,6 +55,7 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 int main(int argc, char **argv) {
+    hak_boxes_attach();
     hak_options_init(NULL);
     const char *table = render();
     if (argc == 1) { fputs(table, stdout); return 0; }

@@ -16,6 +16,7 @@
 #define HAK_FASTPATH_H
 
 #include "base/tls.h"
+#include "base/bin.h"
 #include "backend/chunk_map.h"
 #include "backend/superslab.h"
 #include "base/track.h"
@@ -24,29 +25,9 @@ void *hak_alloc_slow(size_t size);
 void  hak_free_slow(void *p);
 void  hak_free_miss(void *p, uintptr_t tag);
 
-HAK_INLINE void *hak_bin_pop(struct hak_bin *b, void *p) {
-    b->head = hak_link_get(p);
-    b->room++;
-    hak_mark_clear(p);
-    return p;
-}
-
-/* A small block stops being the program's (memcheck is told; the free
- * mark comes with the link that puts it on a list). */
-HAK_INLINE void hak_block_freed(void *p) {
-    (void)p;
-    hak_track_free(p);
-}
-
-HAK_INLINE void hak_bin_push(struct hak_bin *b, void *p) {
-    hak_block_freed(p);
-    hak_link_set(p, b->head);
-    b->head = p;
-    b->room--;
-}
-
 /* The hit paths' own pop and push, on a bin reached through the thread's
- * segment (see base/tls.h); they do what hak_bin_pop and hak_bin_push do. */
+ * segment (see base/tls.h); they do what hak_bin_pop and hak_bin_push
+ * (base/bin.h) do. */
 HAK_INLINE void *hak_fast_pop(hak_fast_bin *b, void *p) {
     b->head = hak_link_get(p);
     b->room++;

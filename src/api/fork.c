@@ -13,7 +13,7 @@ static atomic_int registered;   /* HAK_FORK_* */
  * forks from several threads at once, and two prepares taking the heaps'
  * locks at once can each hold what the other waits for (a heap added
  * between one's passes is the other's first); they also share
- * fork_heaps (backend/heap.c). Taken first, released last. */
+ * fork_heaps (backend/heap_create.c). Taken first, released last. */
 static hak_spinlock_t fork_lock = HAK_SPINLOCK_INIT;
 
 static void fork_prepare(void) {

@@ -17,14 +17,11 @@
 
 extern char **environ;
 
-__thread struct hak_tls hak_tls __attribute__((tls_model("initial-exec")));
-
 /* Defaults until init chooses: the boxes work before the environment is
  * read (a free of a foreign pointer can come before any malloc). */
 const struct hak_cache_ops *hak_front = &hak_front_tcache;
 const struct hak_pool_ops *hak_pool = &hak_pool_none;
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
-const struct hak_large_ops *hak_large_box = &hak_large_cached;
 
 atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
@@ -40,8 +37,10 @@ void hak_init_slow(void) {
         return;
     }
     /* Nothing in here may call malloc: the lock is not recursive. */
+    hak_boxes_attach();
     hak_options_init(environ);
     hak_size_class_init();
+    hak_ss_class_checks_init();
     hak_front = hak_opt_box(HAK_OPT_FRONT);
     hak_pool = hak_opt_box(HAK_OPT_POOL);
     hak_safety = hak_opt_box(HAK_OPT_SAFETY);

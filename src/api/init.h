@@ -6,6 +6,9 @@
 
 HAK_DATA atomic_int hak_init_state;   /* 2 once the process is set up */
 void hak_init_slow(void);
+/* Gives each box option its table of implementations (api/boxes.c);
+ * before hak_options_init. */
+void hak_boxes_attach(void);
 
 static inline void hak_init(void) {
     if (HAK_UNLIKELY(atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2))

@@ -89,8 +89,6 @@ HAK_DATA struct hak_free_tables hak_free_tables;
  * like hak_ss_tags. */
 HAK_DATA uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
 
-#define HAK_TAG_SCALE 16u   /* sizeof(struct hak_bin) == sizeof(struct hak_class_check) */
-
 /* A run with hollow blocks (backend/heap_hollow.c) has its class's tag
  * plus this: its zero magic row sends every free of its blocks off the hit
  * path, to the checks that know about hollow blocks (whose pages went

@@ -2,7 +2,7 @@
  * for blocks other threads free, which they push with one CAS. Its runs and
  * lists are changed only under its spin lock: by the owner on its misses,
  * or by another thread borrowing from it while it is idle or draining it
- * after its thread exited (backend/heap_share.c, heap_idle.c). A heap
+ * after its thread exited (backend/heap_orphans.c, heap_abandon.c). A heap
  * outlives its thread: when the thread exits the heap is abandoned with its
  * runs, then adopted whole by the next thread that starts, so blocks still
  * alive elsewhere stay valid and their memory is reused. */
@@ -41,14 +41,14 @@ struct hak_heap {
      * holds its own heap's lock only ever try-locks another heap's. */
     hak_spinlock_t lock;
     /* Classes whose runs got free blocks back from other threads (its
-     * inbox) since a borrower last found none there: a hint for hak_heap_borrow()
-     * in backend/heap_share.c, read without the lock. */
+     * inbox) since a borrower last found none there: a hint for borrow()
+     * in backend/heap_refill.c, read without the lock. */
     _Atomic uint64_t lendable[(HAK_NCLASS + 63) / 64];
     struct hak_slab *current[HAK_NCLASS];
     struct hak_slab *partial[HAK_NCLASS];
     uint8_t run_level[HAK_NCLASS];    /* size of the next run of each class (hak_ss_run_slabs) */
     /* Refills of each class in a row that had to carve (no free block
-     * anywhere): a class that only grows (see carve_cap in heap.c) */
+     * anywhere): a class that only grows (see carve_cap in heap_refill.c) */
     uint8_t carve_streak[HAK_NCLASS];
     /* The class of the heap's last refills if they all had to carve and
      * were all of that one class, and how many in a row (carve_cap) */
@@ -63,7 +63,7 @@ struct hak_heap {
      * were last purged: resident memory no block uses (hak_heap_dirty_*) */
     uint32_t dirty_free;
     /* Slabs of the runs with no block out that its flushes and drains
-     * kept with their class (run_put in heap.c; marked kept in the run):
+     * kept with their class (hak_run_put in heap_int.h; marked kept in the run):
      * counted as they join and as blocks are taken from them again,
      * recounted at each decay tick (adoption may move runs in between) */
     uint32_t empty_slabs;
@@ -80,7 +80,7 @@ struct hak_heap {
      * it last held more (never below 0): how far it fell from its peak */
     size_t dropped_bytes;
     /* Most slabs in runs at a tick of this decay epoch and of the last one,
-     * and when this epoch began (heap_idle.c, keep_for_recent_high) */
+     * and when this epoch began (heap_decay.c, keep_for_recent_high) */
     uint32_t high_now, high_last, high_since;
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */

@@ -33,7 +33,6 @@
  * hollowed there (hak_os_pages_match). */
 #include "backend/heap_int.h"
 #include "os/os.h"
-#include "api/fastpath.h"
 #include "base/options.h"
 #include "base/track.h"
 

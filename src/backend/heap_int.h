@@ -1,13 +1,22 @@
-/* What the heap's four files share, and nothing outside them uses:
- * heap.c (refill, flush, inboxes), heap_runs.c (runs and SuperSlabs: where
- * a new run goes, what an emptied one gives back), heap_idle.c (memory
- * nobody uses: exited threads' heaps, purge on a clock) and heap_share.c
- * (blocks and SuperSlabs that move from one heap to another). */
+/* What the heap's files share, and nothing outside them uses. Each file
+ * calls only those listed after it:
+ *   heap_abandon.c  a thread's heap: adopted or made at start, abandoned at exit
+ *   heap_refill.c   a bin's refill: own free blocks, a larger class's, an
+ *                   idle heap's (borrowed), new runs
+ *   heap_flush.c    a bin's blocks back to their runs or their heaps' inboxes
+ *   heap_decay.c    purge on a clock, memory pressure, malloc_trim
+ *   heap_orphans.c  exited threads' heaps: their queue, scavenge, absorb
+ *   heap_remote.c   inboxes: blocks sent to other heaps, and their drain
+ *   heap_runs.c     runs and SuperSlabs: where a new run goes, what an
+ *                   emptied one gives back
+ *   heap_hollow.c   pages of free blocks inside runs in use
+ *   heap_create.c   the registry of heaps, a new heap, stats and fork */
 #ifndef HAK_HEAP_INT_H
 #define HAK_HEAP_INT_H
 
 #include "backend/heap.h"
 #include "base/track.h"
+#include "base/options.h"
 
 /* Every heap ever made, and the queue of abandoned ones (adopted from the
  * head), under lock. The queue's head is written atomically: refill peeks
@@ -27,6 +36,28 @@ static inline void hak_heap_dirty_sub(struct hak_heap *h, unsigned n) {
     h->dirty_free = h->dirty_free > n ? h->dirty_free - n : 0;
 }
 
+/* The heap's recent high (heap_decay.c, keep_for_recent_high). The high
+ * is sampled at ticks and misses the peaks between them: a few slabs over
+ * it (1/HAK_HIGH_SLACK_DIV of it) are kept as well rather than purged one
+ * stretch a tick. A fixed 16 slabs kept a MiB in each of churn_threads'
+ * small heaps (peak RSS +170 KiB in 30 runs). */
+#define HAK_HIGH_SLACK_DIV 16u
+static inline unsigned hak_heap_slabs_in_runs(const struct hak_heap *h) {
+    return h->ss_count * (unsigned)__builtin_popcount(HAK_SS_ALL_FREE) - h->free_slabs;
+}
+static inline unsigned hak_heap_recent_high(const struct hak_heap *h) {
+    unsigned high = h->high_last > h->high_now ? h->high_last : h->high_now;
+    return high + high / HAK_HIGH_SLACK_DIV;
+}
+/* 1 while h's slabs in runs and free dirty ones are no more than it had in
+ * runs at its recent high: its free slabs wait for the next crest. */
+static inline int hak_heap_within_recent_high(const struct hak_heap *h) {
+    return hak_heap_slabs_in_runs(h) + h->dirty_free <= hak_heap_recent_high(h);
+}
+
+/* heap_create.c */
+struct hak_heap *hak_heap_new(void);   /* a new heap, in the registry (NULL: no memory) */
+
 /* heap_runs.c; the caller holds h's lock */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);
@@ -42,19 +73,18 @@ void hak_heap_purge_batch(struct hak_heap *h);
  * a SuperSlab taken from the pool (NULL: out of memory). */
 struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls);
 struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls);
-
-/* heap.c; the caller holds h's lock */
-/* Free blocks of h's runs of class cls onto the bin (0 if none). */
-unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
-/* Gives n blocks of run s (of SuperSlab ss), chained first..last, back to
- * it; keep_empty: see run_put in heap.c; size: the run's block size. */
-void hak_heap_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first, void *last,
-                      unsigned n, int keep_empty, size_t size);
+/* h's partly used runs with no block out go back to their SuperSlabs (with
+ * kept_only, those its flushes kept for their classes only) */
+void hak_heap_release_empty_partial_runs(struct hak_heap *h, int kept_only);
+/* the same, current runs too */
+void hak_heap_release_empty_runs(struct hak_heap *h);
+/* every SuperSlab of h with no run goes back to the pool */
+void hak_heap_trim(struct hak_heap *h);
 
 /* heap_remote.c: inboxes (the format of what they hold is described there) */
 /* Puts the blocks other threads sent to h back on its runs (those of
- * SuperSlabs that moved on go to their new owner); keep_empty: see run_put.
- * The caller holds h's lock. */
+ * SuperSlabs that moved on go to their new owner); keep_empty: see
+ * hak_run_put. The caller holds h's lock. */
 void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty);
 /* A flush's blocks for other heaps, gathered by owner (up to
  * HAK_SEND_OWNERS at a time) into stretches of one slab each, then sent
@@ -84,11 +114,10 @@ static inline void hak_send_prepend(struct hak_send *sd, struct hak_send_chain *
 void hak_send_add(struct hak_heap *h, struct hak_send *sd, void *p, uintptr_t slab, struct hak_heap *owner);
 void hak_send_all(struct hak_heap *h, struct hak_send *sd);
 
-/* heap_idle.c */
+/* heap_decay.c */
 void hak_heap_decay(struct hak_heap *h);          /* on h's misses, under its lock */
-/* 1 while h's slabs in runs and free dirty ones are no more than it had in
- * runs at its recent high: its free slabs wait for the next crest. */
-int hak_heap_within_recent_high(const struct hak_heap *h);
+
+/* heap_orphans.c */
 /* What an abandoned heap (locked by the caller) holds for nobody goes:
  * its inbox is drained and, once it has waited `period`, its empty runs
  * and then its empty SuperSlabs are released. */
@@ -96,6 +125,10 @@ void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period);
 void hak_heap_scavenge_abandoned(void);            /* before h takes a new SuperSlab */
 struct hak_heap *hak_heap_abandoned_take_locked(int *busy);
 void hak_heap_abandoned_unlock_return(struct hak_heap *h);
+struct hak_heap *hak_heap_abandoned_take(void);    /* NULL: none */
+void hak_heap_abandoned_add(struct hak_heap *h);   /* its thread exited */
+/* Before h takes a new SuperSlab: those of an abandoned heap (h locked) */
+int hak_heap_absorb_abandoned(struct hak_heap *h);
 
 /* heap_hollow.c; the caller holds h's lock (pages of free blocks inside
  * runs in use go back: see there) */
@@ -129,8 +162,78 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
 /* s goes back to its SuperSlab: its bitmap is cleared. */
 void hak_slab_hollow_reset(struct hak_slab *s);
 
-/* heap_share.c; the caller holds h's lock */
-unsigned hak_heap_borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
-int hak_heap_absorb_abandoned(struct hak_heap *h);
+/* ---- blocks back to their run (heap_flush.c, and the drain of
+ * heap_remote.c), inlined into both loops; the caller holds h's lock */
+
+/* Runs left with no block out that a heap keeps with their class, in
+ * slabs, while its clock runs (HAKMEM_DECAY_MS; the tick releases those
+ * its recent high does not cover: heap_decay.c). A program whose queue or
+ * cache of blocks drains and fills again, producer_consumer's ring among
+ * them, empties whole runs of its mid-sized classes at every trough: given
+ * back to the SuperSlab, each slab was taken again by whichever class
+ * needed a run first, carved anew by a class of another block size, and
+ * in the end every slab its classes ever passed through was wholly
+ * resident (12-13 of them for 529-1,040 B blocks, against 6-7 of live
+ * blocks). Kept, a class finds its own carved blocks at the next crest:
+ * producer_consumer's peak 2,712 -> 2,604 KB (medians of 11 interleaved
+ * runs; glibc 2,420), and its 1,040-byte class carved 237 blocks in a run
+ * instead of 7,263. A bound, since a class kept to itself is memory no
+ * other class may use: with none, realloc_grow's peak (vectors that
+ * double, so classes that empty for good) went 49.6 -> 70.5 MB and
+ * fragment's final RSS 158 -> 201 MB; with 8 slabs, 49.5 -> 50.2 and
+ * 158.1 -> 158.4 (16: about twice that; docs/PERFORMANCE.md, session
+ * 26). Tiny classes only: a mid class's run holds a few large blocks,
+ * which Pool TLS bins keep already, and a program that frees such blocks
+ * expects their slabs to serve any size. */
+#define HAK_EMPTY_KEEP_SLABS 8u
+
+static inline int hak_keep_empty_run(const struct hak_heap *h, const struct hak_slab *s) {
+    return hak_class_is_tiny(s->cls) && h->empty_slabs + s->nslabs <= HAK_EMPTY_KEEP_SLABS &&
+           hak_opt(HAK_OPT_DECAY_MS);
+}
+
+/* Gives n blocks of run s, chained from first to last, back to it; the
+ * caller holds the run's heap's lock. A run left with no block out stays
+ * with its class when hak_keep_empty_run says so; else it goes back to its
+ * SuperSlab, unless keep_empty: a borrower draining another heap's inbox
+ * keeps the runs whole, so that their blocks can still be lent
+ * (borrow, heap_refill.c); freed slabs of a heap whose thread does not
+ * allocate would be of no use to anyone. Returns the run when it stays
+ * partly used or empty with its class (the caller then sees whether it
+ * should join the hollow queue: done there, where h is at hand anyway,
+ * this function saves registers), else NULL.
+ * The blocks are block starts of s: every block that reaches a bin, an
+ * inbox or this function was checked as one when it was freed (the hit
+ * path's class check, hak_free_miss's run check, or the safety box's),
+ * so no check is repeated here, where every flushed block passes. */
+static inline struct hak_slab *hak_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first,
+                                              void *last, unsigned n, int keep_empty) {
+    hak_link_set(last, s->free);
+    s->free = first;
+    s->nfree += n;
+    s->used -= n;
+    if (s->state == HAK_SLAB_CURRENT) return NULL;
+    if (s->used == 0 && !keep_empty) {
+        if (hak_keep_empty_run(h, s)) {
+            h->empty_slabs += s->nslabs;
+            s->kept = 1;
+            if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
+            return s;
+        }
+        if (s->state == HAK_SLAB_PARTIAL) hak_heap_partial_unlink(h, s);
+        hak_heap_run_release(h, ss, s, 1);
+        return NULL;
+    }
+    if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
+    return s;
+}
+
+/* hak_run_put, then what the heap's hollow runs need to know (heap_hollow.c). */
+static inline void hak_run_put_noting(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first,
+                                      void *last, unsigned n, int keep_empty, size_t size) {
+    struct hak_slab *r = hak_run_put(h, ss, s, first, last, n, keep_empty);
+    h->dropped_bytes += (size_t)n * size;
+    if (r) hak_heap_hollow_consider(h, r);
+}
 
 #endif

@@ -15,7 +15,6 @@
  * of its time there (session 20). A walk of the inbox block by block
  * (hak_heap_holds_free) still sees an ordinary list. */
 #include "backend/heap_int.h"
-#include "api/fastpath.h"
 
 _Static_assert(HAK_SLAB_SIZE <= 65536 && HAK_SLAB_SIZE / 16 < 65536,
                "a stretch's last block offset and count fit 16 bits each");
@@ -116,7 +115,7 @@ void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
             struct hak_slab *s = hak_slab_of(ss, p);
             unsigned cls = s->cls;
             classes[cls / 64] |= (uint64_t)1 << (cls % 64);
-            hak_heap_run_put(h, ss, s, p, last, n, keep_empty, hak_class_size[cls]);
+            hak_run_put_noting(h, ss, s, p, last, n, keep_empty, hak_class_size[cls]);
         } else {
             remote_push(owner, p, last);   /* its SuperSlab moved to another heap (ss_move) */
         }

@@ -77,7 +77,7 @@ static void room_changed(struct hak_heap *h, struct hak_superslab *ss, int delta
  * Past HAK_PURGE_BATCH slabs (8 MiB resident a while longer), or when a
  * SuperSlab joins a full batch, the oldest one goes back; the owner's
  * next clock tick (on a miss) empties the batch, and so does another
- * thread's tick once the owner has had no miss for a period (heap_idle.c). The SuperSlabs of a heap freed in order empty
+ * thread's tick once the owner has had no miss for a period (heap_decay.c). The SuperSlabs of a heap freed in order empty
  * while they wait, and leave the batch for the pool, which gives each
  * back with one call: big_heap 256 made 1,314 madvise calls when the
  * whole batch went back at 32 slabs, 637 when only its oldest did, 308
@@ -219,7 +219,7 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
 /* A run with no block out goes back to its SuperSlab; a SuperSlab with no
  * run goes back to the pool, except the heap's last one (so a heap that
  * oscillates around one SuperSlab does not churn). Free slabs stay
- * resident until the purge on a clock finds them idle (heap_idle.c), but
+ * resident until the purge on a clock finds them idle (heap_decay.c), but
  * that runs on the owner's misses only: a program that frees most of its
  * memory at once, then allocates no more (or allocates other sizes for a
  * while), kept it all (fragment: 74 MiB of free slabs resident at the
@@ -240,7 +240,7 @@ void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct h
     room_changed(h, ss, (int)n);
     h->st.runs_freed++;
     hak_heap_dirty_add(h, n);
-    /* an empty SuperSlab within the heap's recent high (heap_idle.c) stays
+    /* an empty SuperSlab within the heap's recent high (heap_decay.c) stays
      * for its next crest, until the clock purges it */
     if (ss->free_mask == HAK_SS_ALL_FREE &&
         (!keep_last || (h->ss_count > 1 && !(hak_opt(HAK_OPT_DECAY_MS) && hak_heap_within_recent_high(h))))) {
@@ -270,10 +270,6 @@ struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
 
 /* A new run for cls in a SuperSlab taken from the pool. */
 struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls) {
-    /* before taking more memory, collect what exited threads' heaps were
-     * sent back (cheap when there is none: one relaxed load) */
-    if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED))
-        hak_heap_scavenge_abandoned();
     struct hak_superslab *ss = hak_ss_acquire(h);
     if (!ss) return NULL;
     h->st.ss_acquired++;
@@ -287,3 +283,50 @@ struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls) {
     return s;
 }
 
+/* ---- runs and SuperSlabs with no block out ------------------------------ */
+
+/* h's partly used runs with no block out go back to their SuperSlabs,
+ * or with kept_only those of them its flushes kept for their classes,
+ * the heap then keeping its last SuperSlab (the caller holds h's lock;
+ * any thread may: a current run stays). */
+void hak_heap_release_empty_partial_runs(struct hak_heap *h, int kept_only) {
+    if (kept_only && !h->empty_slabs) return;
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
+        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
+            next = p->next;
+            if (p->used || (kept_only && !p->kept)) continue;
+            hak_heap_partial_unlink(h, p);
+            hak_heap_run_release(h, hak_ss_of_slab(p), p, kept_only);
+        }
+    h->empty_slabs = 0;
+}
+
+/* Returns every SuperSlab with no run in use to the pool. */
+void hak_heap_trim(struct hak_heap *h) {
+    struct hak_superslab *ss = h->ss_list;
+    while (ss) {
+        struct hak_superslab *next = ss->next;
+        if (ss->free_mask == HAK_SS_ALL_FREE) {
+            hak_heap_dirty_sub(h, hak_ss_dirty_free(ss));
+            hak_heap_ss_unlink(h, ss);
+            h->st.ss_released++;
+            hak_ss_release(ss);
+        }
+        ss = next;
+    }
+}
+
+/* Releases the runs of h that have no block out, current ones too (the
+ * caller holds h's lock): what an exited thread kept for its successor
+ * once nobody took it, runs a borrower kept whole and those flushes kept
+ * for their classes (hak_run_put, heap_int.h). */
+void hak_heap_release_empty_runs(struct hak_heap *h) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
+        struct hak_slab *s = h->current[c];
+        if (s && !s->used) {
+            h->current[c] = NULL;
+            hak_heap_run_release(h, hak_ss_of_slab(s), s, 0);
+        }
+    }
+    hak_heap_release_empty_partial_runs(h, 0);
+}

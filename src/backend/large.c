@@ -5,18 +5,19 @@
 #include "backend/chunk_map.h"
 #include "os/os.h"
 
-#include <sched.h>
 #include <string.h>
 
 _Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits before the block");
 
+/* The chosen box (api/init.c sets it at init); cached until then. */
+const struct hak_large_ops *hak_large_box = &hak_large_cached;
 unsigned hak_large_readers;
 struct hak_large_stats hak_large_st;
 
 /* After a span left the chunk map, before its pages go or move (large.h). */
 void hak_large_readers_wait(void) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&hak_large_readers, __ATOMIC_ACQUIRE)) sched_yield();
+    while (__atomic_load_n(&hak_large_readers, __ATOMIC_ACQUIRE)) hak_os_yield();
 }
 
 size_t hak_large_user_offset(size_t align) {

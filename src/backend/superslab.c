@@ -247,6 +247,25 @@ unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
+struct hak_class_check hak_class_run_check[HAK_NCLASS];
+
+void hak_ss_class_checks_init(void) {
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
+        uint32_t d = hak_class_size[c];
+        unsigned per_slab = hak_ss_per_slab(d);
+        /* blocks up to a slab's size never cross a slab boundary: checked
+         * inline from the pointer's low 16 bits; larger ones from their
+         * run's start, in hak_free_miss */
+        hak_class_magic[c] = per_slab ? hak_class_check_make(d, per_slab)
+                                      : (struct hak_class_check){ 0, 0 };
+        unsigned run_slabs = hak_ss_run_slabs(c, HAK_RUN_LEVELS - 1);
+        uint32_t run_blocks = per_slab ? per_slab * run_slabs
+                                       : (uint32_t)(((size_t)run_slabs << HAK_SLAB_SHIFT) / d);
+        hak_class_run_check[c] = hak_class_check_make(d, run_blocks);
+    }
+    hak_class_magic[HAK_CLASS_INVALID] = (struct hak_class_check){ 0, 0 };
+}
+
 static uint32_t run_bits(unsigned n) { return n == 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
 
 /* Bit i set when bits i..i+n-1 of mask are all set (none past bit 31). */

@@ -47,7 +47,7 @@ struct hak_slab {
      * (hak_slab_hollow_bits) */
     uint32_t nhollow;
     uint8_t queued;          /* in its heap's queue of runs to hollow (hak_slab_queue) */
-    uint8_t kept;            /* emptied, and kept with its class by a flush (heap.c, run_put) */
+    uint8_t kept;            /* emptied, and kept with its class by a flush (hak_run_put, heap_int.h) */
 };
 
 /* The rest of a run's hollow state, kept out of struct hak_slab so that it
@@ -106,7 +106,7 @@ HAK_INLINE struct hak_superslab *hak_ss_of(const void *p) {
 }
 /* The heap a SuperSlab belongs to. Other threads read it to send blocks
  * back while a heap that took it over from an exited thread's may be
- * writing it (backend/heap_share.c, ss_move): a stale read only sends a block to
+ * writing it (backend/heap_orphans.c, ss_move): a stale read only sends a block to
  * the previous owner's inbox, which forwards it. */
 static inline struct hak_heap *hak_ss_owner(const struct hak_superslab *ss) {
     return __atomic_load_n(&ss->owner, __ATOMIC_RELAXED);
@@ -212,6 +212,12 @@ unsigned hak_ss_per_slab(size_t bs);
 #define HAK_RUN_LEVELS 3u   /* run sizes a heap steps through for a class */
 #define HAK_RUN_SMALL_FROM (16u << 10)   /* blocks this size and up: smallest runs */
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level);
+/* Block-start checks by class (base/size_class.h): from a slab's start
+ * (hak_class_magic) for classes whose blocks stay inside a slab, from the
+ * run's start (hak_class_run_check) for every class. Made at init, after
+ * hak_size_class_init. */
+HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
+void hak_ss_class_checks_init(void);
 /* Runs inside a SuperSlab (owner thread only). A run goes where it covers
  * the most dirty slabs (pages some earlier run already touched), so freed
  * memory is reused before untouched memory is faulted in: without that, a

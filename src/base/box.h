@@ -26,10 +26,8 @@ struct hak_box_impl {
 #define HAK_BOX_IF_1(x) (x)
 #define HAK_BOX_END { NULL, NULL, NULL }
 
-/* One table per box, each ending with HAK_BOX_END (api/boxes.c). */
-HAK_DATA const struct hak_box_impl hak_front_boxes[];
-HAK_DATA const struct hak_box_impl hak_pool_boxes[];
-HAK_DATA const struct hak_box_impl hak_safety_boxes[];
-HAK_DATA const struct hak_box_impl hak_large_boxes[];
+/* One table per box, each ending with HAK_BOX_END, in api/boxes.c: the
+ * layer that sees every box hands them to the options (hak_boxes_attach,
+ * api/init.h) before they are read. */
 
 #endif

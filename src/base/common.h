@@ -56,7 +56,7 @@ static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a
 
 /* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
  * cache, heap adoption) and for a heap's misses. It never sleeps in the kernel: no futex can come
- * from hakmem. Contention backs off with sched_yield. */
+ * from hakmem. Contention backs off by yielding (base/spin_lock.c). */
 typedef struct { atomic_int v; } hak_spinlock_t;
 #define HAK_SPINLOCK_INIT { 0 }
 void hak_spin_lock_slow(hak_spinlock_t *l);

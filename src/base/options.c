@@ -1,4 +1,5 @@
 #include "base/options.h"
+#include "os/os.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -6,21 +7,16 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_FRONT] = { "front", "HAKMEM_FRONT", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_FRONT,
-        "front cache box for tiny sizes (<= 1040 B): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0,
-        .impls = hak_front_boxes },
+        "front cache box for tiny sizes (<= 1040 B): tcache = per-thread bins; none = every tiny call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_POOL,
-        "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0,
-        .impls = hak_pool_boxes },
+        "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_SAFETY,
-        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0,
-        .impls = hak_safety_boxes },
+        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
     [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_LARGE,
-        "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0,
-        .impls = hak_large_boxes },
+        "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0 },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },
@@ -48,8 +44,7 @@ void hak_log(const char *fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
-    (void)w;
+    hak_os_write_stderr(buf, (size_t)n);
 }
 
 /* Returns 1 and stores the parsed value when text is valid for opt; for a

@@ -45,7 +45,8 @@ HAK_DATA struct hak_option hak_options[HAK_OPT_COUNT];
 /* Scans envp once and resolves every option; warns (one line on stderr) about
  * unknown HAKMEM_* names and bad values, and says so (one line) when a box
  * implementation is named that this build left out: these keep the
- * default. */
+ * default. The box options' tables are attached first (hak_boxes_attach,
+ * api/init.h). */
 void hak_options_init(char **envp);
 void hak_options_print(void);
 

@@ -1,6 +1,4 @@
 #include "base/size_class.h"
-#include "backend/chunk_map.h"
-#include "backend/superslab.h"
 
 #define HAK_STEPS8(b) (b) + 16, (b) + 32, (b) + 48, (b) + 64, (b) + 80, (b) + 96, (b) + 112, (b) + 128
 #define HAK_QUARTERS(b) (b) + (b) / 4, (b) + (b) / 2, (b) + 3 * (b) / 4, 2 * (b)
@@ -24,11 +22,8 @@ const uint32_t hak_class_size[HAK_NCLASS] = {
 _Static_assert(HAK_FINE_LAST * 16 == HAK_FINE_MAX, "fine classes are 16 B steps");
 _Static_assert(HAK_MID_LAST + 1 == HAK_ALIGNED_FIRST, "aligned requests' classes come last");
 
-
-struct hak_class_check hak_class_run_check[HAK_NCLASS];
-
 /* Accepts exactly offsets k * d, k < count (see size_class.h). */
-static struct hak_class_check block_start_check(uint32_t d, uint32_t count) {
+struct hak_class_check hak_class_check_make(uint32_t d, uint32_t count) {
     uint64_t mul = UINT64_MAX / d + 1;
     uint64_t e = mul * d;   /* wraps to mul * d - 2^64 */
     return (struct hak_class_check){ mul, e ? (uint64_t)count * e : 1 };
@@ -85,18 +80,4 @@ static void aligned_tables_init(void) {
 void hak_size_class_init(void) {
     bin_tables_init();
     aligned_tables_init();
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
-        uint32_t d = hak_class_size[c];
-        unsigned per_slab = hak_ss_per_slab(d);
-        /* blocks up to a slab's size never cross a slab boundary
-         * (backend/superslab.h): checked inline from the pointer's low 16
-         * bits; larger ones from their run's start, in hak_free_miss */
-        hak_class_magic[c] = per_slab ? block_start_check(d, per_slab)
-                                      : (struct hak_class_check){ 0, 0 };
-        unsigned run_slabs = hak_ss_run_slabs(c, HAK_RUN_LEVELS - 1);
-        uint32_t run_blocks = per_slab ? per_slab * run_slabs
-                                       : (uint32_t)(((size_t)run_slabs << HAK_SLAB_SHIFT) / d);
-        hak_class_run_check[c] = block_start_check(d, run_blocks);
-    }
-    hak_class_magic[HAK_CLASS_INVALID] = (struct hak_class_check){ 0, 0 };
 }

@@ -75,12 +75,19 @@ HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
  * hak_class_magic[cls] (backend/chunk_map.h, beside the other tables the
  * free path reads). Larger classes and HAK_CLASS_INVALID have mul = limit
  * = 0 there, which always fails: their frees go to hak_free_miss, which
- * checks the offset from the run's start against hak_class_run_check. */
+ * checks the offset from the run's start against hak_class_run_check
+ * (backend/superslab.h). */
 struct hak_class_check {
     uint64_t mul;
     uint64_t limit;
 };
-HAK_DATA struct hak_class_check hak_class_run_check[HAK_NCLASS];
+/* A class's tag (backend/chunk_map.h) and its bin's offset: the class
+ * times this, sizeof(struct hak_bin) == sizeof(struct hak_class_check) */
+#define HAK_TAG_SCALE 16u
+/* The check accepting exactly offsets k * d, k < count. */
+struct hak_class_check hak_class_check_make(uint32_t d, uint32_t count);
+/* The class tables; the checks, which depend on how slabs hold blocks,
+ * are made by hak_ss_class_checks_init (backend/superslab.h). */
 void hak_size_class_init(void);
 
 /* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: the first of the eight
@@ -133,7 +140,7 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
 }
 
 /* 1 when free blocks of class `big` may be handed out for class cls (see
- * refill_from_larger in backend/heap.c): at most twice the size, and
+ * refill_from_larger in backend/heap_refill.c): at most twice the size, and
  * aligned at least as well as an aligned request taking cls needs (a
  * class's blocks are aligned to the largest power of two dividing its
  * size, up to a slab, which memalign relies on; see alloc_aligned in

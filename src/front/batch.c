@@ -3,7 +3,7 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "api/fastpath.h"
+#include "base/bin.h"
 
 uint32_t hak_bin_limit[HAK_NBINS];
 

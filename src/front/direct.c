@@ -5,7 +5,6 @@
  * box's "none" too (pool/none.c). */
 #include "front/front.h"
 #include "backend/heap.h"
-#include "api/fastpath.h"
 
 static uint32_t direct_capacity(unsigned cls) {
     (void)cls;

@@ -3,20 +3,21 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-void hak_spin_lock_slow(hak_spinlock_t *l) {
-    for (unsigned spins = 0;; spins++) {
-        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
-            if (spins++ < 64) __builtin_ia32_pause();
-            else sched_yield();
-        }
-        if (atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0)
-            return;
-    }
+/* The page hakmem's layout is built for (OS_PAGE_SIZE, base/common.h,
+ * which this layer does not include). */
+#define OS_PAGE_SIZE 4096
+
+static inline size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+void hak_os_yield(void) {
+    sched_yield();
 }
 
 /* Mappings are accounted (no MAP_NORESERVE): under the kernel's default
@@ -35,7 +36,7 @@ void *hak_os_map_aligned(size_t size, size_t align) {
     if (over < size) { errno = saved; return NULL; }
     char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) { errno = saved; return NULL; }
-    char *aligned = (char *)hak_align_up((uintptr_t)raw, align);
+    char *aligned = (char *)align_up((uintptr_t)raw, align);
     if (aligned > raw) munmap(raw, (size_t)(aligned - raw));
     size_t tail = (size_t)(raw + over - (aligned + size));
     if (tail) munmap(aligned + size, tail);
@@ -45,9 +46,9 @@ void *hak_os_map_aligned(size_t size, size_t align) {
 
 void *hak_os_next_map_hint(void) {
     int saved = errno;
-    void *p = mmap(NULL, HAK_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, OS_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { errno = saved; return NULL; }
-    munmap(p, HAK_PAGE_SIZE);
+    munmap(p, OS_PAGE_SIZE);
     errno = saved;
     return p;
 }
@@ -75,14 +76,14 @@ size_t hak_os_page_size(void) {
     size_t pg = __atomic_load_n(&os_page, __ATOMIC_RELAXED);
     if (!pg) {
         long v = getpagesize();
-        pg = v > 0 ? (size_t)v : HAK_PAGE_SIZE;
+        pg = v > 0 ? (size_t)v : OS_PAGE_SIZE;
         __atomic_store_n(&os_page, pg, __ATOMIC_RELAXED);
     }
     return pg;
 }
 
 int hak_os_pages_match(void) {
-    return hak_os_page_size() == HAK_PAGE_SIZE;
+    return hak_os_page_size() == OS_PAGE_SIZE;
 }
 
 void hak_os_purge(void *p, size_t size) {
@@ -125,28 +126,60 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
     return dst;
 }
 
-/* Metadata (heaps) comes from a bump region refilled 64 KiB at a time. */
-static hak_spinlock_t meta_lock = HAK_SPINLOCK_INIT;
+void hak_os_write_stderr(const char *buf, size_t n) {
+    int saved = errno;
+    ssize_t w = write(STDERR_FILENO, buf, n);
+    (void)w;
+    errno = saved;
+}
+
+int hak_os_read_checked(const void *addr, void *out, size_t n) {
+    struct iovec local = { out, n }, remote = { (void *)addr, n };
+    int saved = errno;
+    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    errno = saved;
+    return got == (ssize_t)n;
+}
+
+int hak_os_page_mapped(const void *addr) {
+    unsigned char vec;
+    int saved = errno;
+    int r = mincore((void *)addr, OS_PAGE_SIZE, &vec);
+    errno = saved;
+    return r == 0;   /* ENOMEM: not mapped */
+}
+
+/* Metadata (heaps) comes from a bump region refilled 64 KiB at a time,
+ * under a lock of this layer's own (base's spin lock is a layer above). */
+static atomic_int meta_lock;
 static char *meta_cur, *meta_end;
 
+static void meta_lock_take(void) {
+    while (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
+        while (atomic_load_explicit(&meta_lock, memory_order_relaxed)) sched_yield();
+}
+static void meta_lock_drop(void) {
+    atomic_store_explicit(&meta_lock, 0, memory_order_release);
+}
+
 void *hak_os_meta_alloc(size_t size) {
-    size = hak_align_up(size, 64);
-    hak_spin_lock(&meta_lock);
+    size = align_up(size, 64);
+    meta_lock_take();
     if ((size_t)(meta_end - meta_cur) < size) {
-        size_t chunk = size > 65536 ? hak_align_up(size, HAK_PAGE_SIZE) : 65536;
+        size_t chunk = size > 65536 ? align_up(size, OS_PAGE_SIZE) : 65536;
         int saved = errno;
         void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         errno = saved;
-        if (p == MAP_FAILED) { hak_spin_unlock(&meta_lock); return NULL; }
+        if (p == MAP_FAILED) { meta_lock_drop(); return NULL; }
         meta_cur = p;
         meta_end = meta_cur + chunk;
     }
     void *r = meta_cur;
     meta_cur += size;
-    hak_spin_unlock(&meta_lock);
+    meta_lock_drop();
     return r;
 }
 
-void hak_os_fork_prepare(void) { hak_spin_lock(&meta_lock); }
-void hak_os_fork_parent(void) { hak_spin_unlock(&meta_lock); }
-void hak_os_fork_child(void) { hak_spin_unlock(&meta_lock); }
+void hak_os_fork_prepare(void) { meta_lock_take(); }
+void hak_os_fork_parent(void) { meta_lock_drop(); }
+void hak_os_fork_child(void) { meta_lock_drop(); }

@@ -1,9 +1,13 @@
-/* The platform layer: every system call hakmem makes goes through here, so
- * counting and reasoning about them needs one file. */
+/* The OS layer: every system call hakmem makes goes through here, so
+ * counting and reasoning about them needs one file. The bottom layer: it
+ * includes and calls nothing else of hakmem's (scripts/check-layers).
+ * Each function keeps errno as it found it: a malloc that succeeds must not
+ * change it. */
 #ifndef HAK_OS_H
 #define HAK_OS_H
 
-#include "base/common.h"
+#include <stddef.h>
+#include <stdint.h>
 
 /* Maps size bytes (a multiple of HAK_CHUNK_SIZE) read-write at an address
  * aligned to align (a power of two >= HAK_CHUNK_SIZE). NULL on failure. */
@@ -28,9 +32,17 @@ size_t hak_os_page_size(void);
  * page size (up to 64 KiB); a pool SuperSlab's purge starts past the
  * kernel page that holds its header (madvise refuses an unaligned start). */
 int hak_os_pages_match(void);
+/* Lets another thread run (a spin lock's or a reader wait's back-off). */
+void hak_os_yield(void);
+/* Writes n bytes of a message to stderr, unbuffered (no malloc). */
+void hak_os_write_stderr(const char *buf, size_t n);
+/* Copies n bytes from addr of this process into out, or returns 0 when any
+ * of them is unmapped or unreadable (the kernel copies: no fault). */
+int hak_os_read_checked(const void *addr, void *out, size_t n);
+/* 1 when the page at addr (page-aligned) is mapped, whatever its access. */
+int hak_os_page_mapped(const void *addr);
 
-
-
+/* fork(): the metadata region's lock is held across it. */
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
 void hak_os_fork_child(void);

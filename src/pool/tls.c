@@ -3,7 +3,7 @@
  * owner allocates and frees with no atomic read-modify-write); this box adds
  * per-thread bins sized by bytes, so a mid-size hit is as cheap as a tiny
  * one and a miss moves a batch. Blocks freed by other threads reach the
- * owner through its lock-free inbox (backend/heap.c). */
+ * owner through its lock-free inbox (backend/heap_remote.c). */
 #include "pool/pool.h"
 #include "front/front.h"
 

@@ -9,12 +9,10 @@
 #include "base/tls.h"
 #include "base/track.h"
 #include "backend/heap.h"
+#include "os/os.h"
 
-#include <errno.h>
 #include <link.h>
 #include <stdlib.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 void hak_report_bad(const char *op, const void *p, const char *reason) {
     long mode = hak_opt(HAK_OPT_ON_ERROR);
@@ -41,7 +39,7 @@ int hak_small_is_free(void *p, unsigned cls) {
     struct hak_heap *mine = t->state == 1 ? t->heap : NULL;
     if (mine) {
         /* its own class's bin, or that of a smaller class it was handed
-         * to while free (backend/heap.c, refill_from_larger) */
+         * to while free (backend/heap_refill.c, refill_from_larger) */
         for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
             if ((c == cls || hak_class_stands_in(cls, c)) && bin_holds(&t->bins[c], p)) return 1;
         if (hak_heap_holds_free(mine, p)) return 1;
@@ -70,11 +68,7 @@ static int in_loaded_segment(struct dl_phdr_info *info, size_t size, void *arg) 
 
 /* Copies n bytes from addr, or fails if any of them is unreadable. */
 static int read_safely(uintptr_t addr, void *out, size_t n) {
-    struct iovec local = { out, n }, remote = { (void *)addr, n };
-    int saved = errno;
-    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    errno = saved;
-    return got == (ssize_t)n;
+    return hak_os_read_checked((const void *)addr, out, n);
 }
 
 int hak_foreign_plausible(const void *p) {

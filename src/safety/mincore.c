@@ -1,6 +1,6 @@
 /* HAKMEM_SAFETY=mincore: the seed allocator's approach, kept for A/B runs.
  * It does not trust the chunk map: ownership is decided by asking the kernel
- * whether the chunk's first page is mapped (mincore), then reading the
+ * whether the chunk's first page is mapped (mincore, os/os.h), then reading the
  * header magic there. A small per-thread cache of recently confirmed chunks
  * avoids most syscalls; any unmap by hakmem invalidates it. Every small free
  * comes here (SuperSlabs get the checked tag), so the cost is visible. */
@@ -9,11 +9,7 @@
 #include "backend/chunk_map.h"
 #include "backend/large.h"
 #include "backend/superslab.h"
-
-#include <errno.h>
-#include <sys/mman.h>
-#include <sys/uio.h>
-#include <unistd.h>
+#include "os/os.h"
 
 #define CACHE_WAYS 16
 #define MAX_TAIL_WALK 512
@@ -28,19 +24,11 @@ static __thread struct {
 /* Reads a word at a mapped address that may still be unreadable (a guard
  * page): the kernel copies it for us or reports EFAULT. */
 static int read_word(uintptr_t addr, uint64_t *out) {
-    struct iovec local = { out, sizeof *out }, remote = { (void *)addr, sizeof *out };
-    int saved = errno;
-    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    errno = saved;
-    return n == (ssize_t)sizeof *out;
+    return hak_os_read_checked((const void *)addr, out, sizeof *out);
 }
 
 static unsigned probe_chunk(uintptr_t base) {
-    unsigned char vec;
-    int saved = errno;
-    int r = mincore((void *)base, HAK_PAGE_SIZE, &vec);
-    errno = saved;
-    if (r != 0) return HAK_CHUNK_NONE;      /* ENOMEM: not mapped */
+    if (!hak_os_page_mapped((const void *)base)) return HAK_CHUNK_NONE;
     uint64_t magic;
     if (!read_word(base, &magic)) return HAK_CHUNK_NONE;
     if (magic == HAK_SS_MAGIC)   /* the header's page is readable: so is its index */

@@ -1,73 +1,9 @@
-/* Memory nobody uses: heaps of exited threads (abandoned, then adopted
- * whole by a thread that starts, or scavenged), and the purge on a clock
- * that gives back what stayed free for a decay period. */
+/* Memory nobody uses goes back to the OS on a clock (HAKMEM_DECAY_MS), at
+ * a heap's ticks, and on demand (memory pressure, malloc_trim). */
 #include "backend/heap_int.h"
 #include "backend/large.h"
 #include "os/os.h"
 #include "base/options.h"
-
-#include <string.h>
-
-/* The abandoned queue (see heap_int.h), under hak_heaps.lock. */
-static void set_abandoned(struct hak_heap *h) {
-    __atomic_store_n(&hak_heaps.abandoned, h, __ATOMIC_RELAXED);
-}
-static struct hak_heap *abandoned_pop(void) {
-    struct hak_heap *h = hak_heaps.abandoned;
-    if (!h) return NULL;
-    set_abandoned(h->next_abandoned);
-    if (!h->next_abandoned) hak_heaps.abandoned_tail = NULL;
-    h->next_abandoned = NULL;
-    hak_heaps.nabandoned--;
-    return h;
-}
-/* Exited threads' heaps go to the front: their memory is the warmest. */
-static void abandoned_push_front(struct hak_heap *h) {
-    h->next_abandoned = hak_heaps.abandoned;
-    if (!h->next_abandoned) hak_heaps.abandoned_tail = h;
-    set_abandoned(h);
-    hak_heaps.nabandoned++;
-}
-static void abandoned_push_back(struct hak_heap *h) {
-    h->next_abandoned = NULL;
-    if (hak_heaps.abandoned_tail) hak_heaps.abandoned_tail->next_abandoned = h;
-    else set_abandoned(h);
-    hak_heaps.abandoned_tail = h;
-    hak_heaps.nabandoned++;
-}
-
-struct hak_heap *hak_heap_acquire(void) {
-    hak_spin_lock(&hak_heaps.lock);
-    struct hak_heap *h = abandoned_pop();
-    hak_spin_unlock(&hak_heaps.lock);
-    if (h) {
-        /* no recent high yet (see keep_for_recent_high) */
-        hak_spin_lock(&h->lock);
-        atomic_store_explicit(&h->orphaned, 0, memory_order_relaxed);
-        h->high_now = h->high_last = 0;
-        h->high_since = hak_os_clock_ms();
-        h->dropped_bytes = 0;   /* the exited thread's fall says nothing either */
-        hak_spin_unlock(&h->lock);
-        return h;
-    }
-    h = hak_os_meta_alloc(sizeof *h);
-    if (!h) return NULL;
-    memset(h, 0, sizeof *h);
-    /* the clock's stamps start now: a stamp of 0 reads as the future for
-     * the half of its 49.7-day cycle past 2^31 ms, and a heap whose first
-     * tick waits for that time never ticks */
-    uint32_t now = hak_os_clock_ms();
-    h->decay_at = h->high_since = now;
-    atomic_store_explicit(&h->active_ms, now, memory_order_relaxed);
-    hak_spin_lock(&hak_heaps.lock);
-    h->next_all = hak_heaps.all;
-    __atomic_store_n(&hak_heaps.all, h, __ATOMIC_RELEASE);   /* borrowers read it unlocked */
-    hak_spin_unlock(&hak_heaps.lock);
-    return h;
-}
-
-/* ---- purge on a clock -------------------------------------------------- */
-
 
 /* Memory that stays free for a decay period (HAKMEM_DECAY_MS) goes back to
  * the OS: the owner looks at a coarse clock on its misses (refill, flush;
@@ -93,7 +29,6 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
     }
     return calls;
 }
-
 /* A heap whose live size swings (a server between bursts, realloc_grow's
  * buffers growing and shrinking in waves) would give back at every trough
  * the slabs it takes again at the next crest: a madvise, then page faults,
@@ -113,24 +48,6 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * says nothing of what the new one needs (churn_threads kept 170 KiB
  * more with it, 30 runs each). */
 #define HAK_HIGH_EPOCH 64u
-/* The high is sampled at ticks and misses the peaks between them: a few
- * slabs over it (1/HAK_HIGH_SLACK_DIV of it) are kept as well rather than
- * purged one stretch a tick. A fixed 16 slabs kept a MiB in each of
- * churn_threads' small heaps (peak RSS +170 KiB in 30 runs). */
-#define HAK_HIGH_SLACK_DIV 16u
-
-static unsigned slabs_in_runs(const struct hak_heap *h) {
-    return h->ss_count * (unsigned)__builtin_popcount(HAK_SS_ALL_FREE) - h->free_slabs;
-}
-
-static unsigned recent_high(const struct hak_heap *h) {
-    unsigned high = h->high_last > h->high_now ? h->high_last : h->high_now;
-    return high + high / HAK_HIGH_SLACK_DIV;
-}
-
-int hak_heap_within_recent_high(const struct hak_heap *h) {
-    return slabs_in_runs(h) + h->dirty_free <= recent_high(h);
-}
 
 /* Free slabs h keeps for its recent high (one tick): what that high had
  * in runs beyond what h has in runs with blocks out now. idle: slabs of
@@ -139,7 +56,7 @@ int hak_heap_within_recent_high(const struct hak_heap *h) {
  * that thread keep as many free slabs for an epoch). */
 static unsigned keep_for_recent_high(struct hak_heap *h, unsigned idle, uint32_t now, uint32_t period,
                                      uint32_t asleep) {
-    unsigned used = slabs_in_runs(h) - idle;
+    unsigned used = hak_heap_slabs_in_runs(h) - idle;
     if (used > h->high_now) h->high_now = used;
     uint32_t epoch = period > INT32_MAX / HAK_HIGH_EPOCH ? INT32_MAX : HAK_HIGH_EPOCH * period;
     uint32_t since = now - h->high_since;
@@ -150,7 +67,7 @@ static unsigned keep_for_recent_high(struct hak_heap *h, unsigned idle, uint32_t
         h->high_now = used;
         h->high_since = now;
     }
-    return recent_high(h) - used;
+    return hak_heap_recent_high(h) - used;
 }
 
 /* Slabs of h's partly used runs with no block out. */
@@ -163,7 +80,7 @@ static unsigned empty_run_slabs(const struct hak_heap *h) {
 }
 
 /* Partly used runs with no block out: those a flush kept for their class
- * (HAK_EMPTY_KEEP_SLABS, heap.c), those a thread's exit keeps for the
+ * (HAK_EMPTY_KEEP_SLABS, heap_int.h), those a thread's exit keeps for the
  * thread that adopts its heap (hak_heap_flush's keep_empty) and those a
  * borrower's drain keeps. A run found empty at two ticks in a row went
  * unused for a whole period (taking blocks clears the mark). One that a
@@ -216,22 +133,6 @@ static void release_purged_empty(struct hak_heap *h) {
     }
 }
 
-/* h's partly used runs with no block out go back to their SuperSlabs,
- * or with kept_only those of them its flushes kept for their classes,
- * the heap then keeping its last SuperSlab (the caller holds h's lock;
- * any thread may: a current run stays). */
-static void release_empty_partial_runs(struct hak_heap *h, int kept_only) {
-    if (kept_only && !h->empty_slabs) return;
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++)
-        for (struct hak_slab *next, *p = h->partial[c]; p; p = next) {
-            next = p->next;
-            if (p->used || (kept_only && !p->kept)) continue;
-            hak_heap_partial_unlink(h, p);
-            hak_heap_run_release(h, hak_ss_of_slab(p), p, kept_only);
-        }
-    h->empty_slabs = 0;
-}
-
 /* A thread that stops allocating (a worker blocked on a queue, a main
  * thread waiting for its workers) stops its heap's clock: what the heap
  * keeps for its recent high, free slabs and empty SuperSlabs, would stay
@@ -257,7 +158,7 @@ static unsigned decay_idle_heap(struct hak_heap *h, uint32_t now, uint32_t perio
             (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)period ||
             !hak_spin_trylock(&cur->lock))
             continue;
-        release_empty_partial_runs(cur, 1);   /* their slabs purged at a later visit */
+        hak_heap_release_empty_partial_runs(cur, 1);   /* their slabs purged at a later visit */
         calls = heap_purge_idle(cur, now, period, budget, UINT32_MAX);
         release_purged_empty(cur);
         hak_spin_unlock(&cur->lock);
@@ -302,70 +203,6 @@ void hak_heap_decay(struct hak_heap *h) {
     h->st.decay_purges += calls;
 }
 
-/* ---- thread exit -------------------------------------------------------- */
-
-/* Returns every SuperSlab with no run in use to the pool. */
-static void heap_trim(struct hak_heap *h) {
-    struct hak_superslab *ss = h->ss_list;
-    while (ss) {
-        struct hak_superslab *next = ss->next;
-        if (ss->free_mask == HAK_SS_ALL_FREE) {
-            hak_heap_dirty_sub(h, hak_ss_dirty_free(ss));
-            hak_heap_ss_unlink(h, ss);
-            h->st.ss_released++;
-            hak_ss_release(ss);
-        }
-        ss = next;
-    }
-}
-
-/* Blocks freed into an abandoned heap's inbox would wait for the next thread
- * to adopt it. Whoever takes an abandoned heap off the queue owns it for
- * the moment: drain it, give its empty memory back, and queue it at the
- * back. One heap at a time, so a thread starting meanwhile still finds the
- * others to adopt (taking the whole queue at once made starting threads
- * build new heaps instead: 2,191 heaps after 40,000 short-lived threads). */
-static struct hak_heap *abandoned_take(void) {
-    hak_spin_lock(&hak_heaps.lock);
-    struct hak_heap *h = abandoned_pop();
-    hak_spin_unlock(&hak_heaps.lock);
-    return h;
-}
-static void abandoned_return(struct hak_heap *h) {
-    hak_spin_lock(&hak_heaps.lock);
-    abandoned_push_back(h);
-    hak_spin_unlock(&hak_heaps.lock);
-}
-/* The next abandoned heap, taken off the queue and locked (the caller
- * holds its own heap's lock, so it only try-locks: a thread borrowing from
- * that heap may hold it for a moment); *busy is set when the heap was
- * locked and went back to the queue. NULL when the queue is empty. */
-struct hak_heap *hak_heap_abandoned_take_locked(int *busy) {
-    struct hak_heap *h = abandoned_take();
-    *busy = h && !hak_spin_trylock(&h->lock);
-    if (*busy) abandoned_return(h);
-    return *busy ? NULL : h;
-}
-void hak_heap_abandoned_unlock_return(struct hak_heap *h) {
-    hak_spin_unlock(&h->lock);
-    abandoned_return(h);
-}
-
-/* Releases the runs of h that have no block out, current ones too (the
- * caller holds h's lock): what an exited thread kept for its successor
- * once nobody took it, runs a borrower kept whole and those flushes kept
- * for their classes (run_put, heap.c). */
-static void release_empty_runs(struct hak_heap *h) {
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
-        struct hak_slab *s = h->current[c];
-        if (s && !s->used) {
-            h->current[c] = NULL;
-            hak_heap_run_release(h, hak_ss_of_slab(s), s, 0);
-        }
-    }
-    release_empty_partial_runs(h, 0);
-}
-
 /* The calling thread's own heap under memory pressure (api/pressure.c):
  * its empty runs, current ones too, and then every SuperSlab with no run
  * go back to the pool. Returns how many SuperSlabs did. */
@@ -373,31 +210,12 @@ size_t hak_heap_release_unused(struct hak_heap *h) {
     hak_spin_lock(&h->lock);
     uint64_t before = h->st.ss_released;
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) hak_heap_drain_inbox(h, 0);
-    release_empty_runs(h);
-    heap_trim(h);
+    hak_heap_release_empty_runs(h);
+    hak_heap_trim(h);
     hak_heap_purge_batch(h);
     size_t n = (size_t)(h->st.ss_released - before);
     hak_spin_unlock(&h->lock);
     return n;
-}
-
-/* Collects what an abandoned heap (owned by the caller for the moment)
- * holds for nobody: blocks other threads sent to its inbox and, once it
- * has waited a whole decay period without being adopted, the runs its
- * thread kept (hak_heap_abandon); then SuperSlabs left with no run go back
- * to the pool. With the clock off (period 0), the runs go at the first
- * scavenge. */
-void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
-    int trim = 0;
-    if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) {
-        hak_heap_drain_inbox(h, 0);
-        trim = 1;
-    }
-    if ((int32_t)(now - h->abandoned_ms) >= (int32_t)period) {
-        release_empty_runs(h);
-        trim = 1;
-    }
-    if (trim) heap_trim(h);
 }
 
 /* Under memory pressure (api/pressure.c): the empty SuperSlabs of every
@@ -416,8 +234,8 @@ size_t hak_heap_release_empty_elsewhere(struct hak_heap *self) {
         if (atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) {
             hak_heap_scavenge_one(cur, hak_os_clock_ms(), 0);
         } else {
-            release_empty_partial_runs(cur, 0);   /* those its flushes kept for their classes too */
-            heap_trim(cur);
+            hak_heap_release_empty_partial_runs(cur, 0);   /* those its flushes kept for their classes too */
+            hak_heap_trim(cur);
         }
         n += (size_t)(cur->st.ss_released - before);
         hak_spin_unlock(&cur->lock);
@@ -442,49 +260,3 @@ size_t hak_heap_purge_all_free(struct hak_heap *self) {
     }
     return n;
 }
-
-void hak_heap_scavenge_abandoned(void) {
-    hak_spin_lock(&hak_heaps.lock);
-    size_t n = hak_heaps.nabandoned;
-    hak_spin_unlock(&hak_heaps.lock);
-    uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS), now = hak_os_clock_ms();
-    for (size_t i = 0; i < n; i++) {
-        int busy;
-        struct hak_heap *h = hak_heap_abandoned_take_locked(&busy);
-        if (!h) {
-            if (busy) continue;
-            return;
-        }
-        hak_heap_scavenge_one(h, now, period);
-        hak_heap_abandoned_unlock_return(h);
-    }
-}
-
-/* The heap keeps its current runs, emptied or not, with their free blocks
- * already carved: the thread that adopts it next (often one just like the
- * one that exited) allocates from the same pages instead of carving new
- * runs elsewhere. Releasing them here made every short-lived thread place
- * and touch fresh runs: churn_threads peak RSS 15.7 -> 4.4 MiB
- * (docs/PERFORMANCE.md). Runs nobody adopts are released after a decay
- * period (scavenge_one). */
-void hak_heap_abandon(struct hak_heap *h) {
-    hak_spin_lock(&h->lock);
-    /* orphaned before the last drain: a thread pushing to the inbox from
-     * now on either is drained here or sees the flag (pushed_to_orphan in
-     * heap.c) and scavenges later */
-    atomic_store_explicit(&h->orphaned, 1, memory_order_seq_cst);
-    hak_heap_drain_inbox(h, 0);
-    hak_heap_decay(h);
-    heap_trim(h);
-    h->abandoned_ms = hak_os_clock_ms();
-    int fed = h->fed_orphans;
-    h->fed_orphans = 0;
-    hak_spin_unlock(&h->lock);
-    hak_spin_lock(&hak_heaps.lock);
-    abandoned_push_front(h);
-    hak_spin_unlock(&hak_heaps.lock);
-    /* blocks this thread sent to heaps nobody owns: nobody else may come
-     * for them (an idle process keeps them resident until exit) */
-    if (fed) hak_heap_scavenge_abandoned();
-}
-

@@ -1,89 +1,8 @@
+/* A bin's refill from its heap: free blocks of the heap's runs first,
+ * then of a larger class, then an idle heap's (borrowed), then new runs. */
 #include "backend/heap_int.h"
 #include "os/os.h"
 #include "base/options.h"
-#include "base/track.h"
-
-#include <string.h>
-
-struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT };
-
-/* Runs left with no block out that a heap keeps with their class, in
- * slabs, while its clock runs (HAKMEM_DECAY_MS; the tick releases those
- * its recent high does not cover: heap_idle.c). A program whose queue or
- * cache of blocks drains and fills again, producer_consumer's ring among
- * them, empties whole runs of its mid-sized classes at every trough: given
- * back to the SuperSlab, each slab was taken again by whichever class
- * needed a run first, carved anew by a class of another block size, and
- * in the end every slab its classes ever passed through was wholly
- * resident (12-13 of them for 529-1,040 B blocks, against 6-7 of live
- * blocks). Kept, a class finds its own carved blocks at the next crest:
- * producer_consumer's peak 2,712 -> 2,604 KB (medians of 11 interleaved
- * runs; glibc 2,420), and its 1,040-byte class carved 237 blocks in a run
- * instead of 7,263. A bound, since a class kept to itself is memory no
- * other class may use: with none, realloc_grow's peak (vectors that
- * double, so classes that empty for good) went 49.6 -> 70.5 MB and
- * fragment's final RSS 158 -> 201 MB; with 8 slabs, 49.5 -> 50.2 and
- * 158.1 -> 158.4 (16: about twice that; docs/PERFORMANCE.md, session
- * 26). Tiny classes only: a mid class's run holds a few large blocks,
- * which Pool TLS bins keep already, and a program that frees such blocks
- * expects their slabs to serve any size. */
-#define HAK_EMPTY_KEEP_SLABS 8u
-
-static int keep_empty_run(const struct hak_heap *h, const struct hak_slab *s) {
-    return hak_class_is_tiny(s->cls) && h->empty_slabs + s->nslabs <= HAK_EMPTY_KEEP_SLABS &&
-           hak_opt(HAK_OPT_DECAY_MS);
-}
-
-/* Gives n blocks of run s, chained from first to last, back to it; the
- * caller holds the run's heap's lock. A run left with no block out stays
- * with its class when keep_empty_run says so; else it goes back to its
- * SuperSlab, unless keep_empty: a borrower draining another heap's inbox
- * keeps the runs whole, so that their blocks can still be lent
- * (hak_heap_borrow()); freed slabs of a heap whose thread does not
- * allocate would be of no use to anyone. Returns the run when it stays
- * partly used or empty with its class (the caller then sees whether it
- * should join the hollow queue: done there, where h is at hand anyway,
- * this function saves registers), else NULL.
- * The blocks are block starts of s: every block that reaches a bin, an
- * inbox or this function was checked as one when it was freed (the hit
- * path's class check, hak_free_miss's run check, or the safety box's),
- * so no check is repeated here, where every flushed block passes. */
-static struct hak_slab *run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first,
-                                void *last, unsigned n, int keep_empty) {
-    hak_link_set(last, s->free);
-    s->free = first;
-    s->nfree += n;
-    s->used -= n;
-    if (s->state == HAK_SLAB_CURRENT) return NULL;
-    if (s->used == 0 && !keep_empty) {
-        if (keep_empty_run(h, s)) {
-            h->empty_slabs += s->nslabs;
-            s->kept = 1;
-            if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
-            return s;
-        }
-        if (s->state == HAK_SLAB_PARTIAL) hak_heap_partial_unlink(h, s);
-        hak_heap_run_release(h, ss, s, 1);
-        return NULL;
-    }
-    if (s->state == HAK_SLAB_FULL) hak_heap_partial_push(h, s);
-    return s;
-}
-
-/* run_put, then what the heap's hollow runs need to know (heap_hollow.c). */
-static inline void run_put_noting(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first,
-                                  void *last, unsigned n, int keep_empty, size_t size) {
-    struct hak_slab *r = run_put(h, ss, s, first, last, n, keep_empty);
-    h->dropped_bytes += (size_t)n * size;
-    if (r) hak_heap_hollow_consider(h, r);
-}
-
-void hak_heap_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first, void *last,
-                      unsigned n, int keep_empty, size_t size) {
-    run_put_noting(h, ss, s, first, last, n, keep_empty, size);
-}
-
-/* ---- refill / flush ----------------------------------------------------- */
 
 /* Moves the first `want` blocks (or fewer) of run s's free list onto the
  * bin; s must have some. Returns how many. */
@@ -133,7 +52,7 @@ static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_
 }
 
 /* Free blocks of h's runs of class cls, the current run's first. */
-unsigned hak_heap_take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+static unsigned take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     struct hak_slab *s = h->current[cls];
     if (s && (s->nfree || s->nhollow)) return take_blocks(s, bin, want);
     for (s = h->partial[cls]; s; s = s->next)
@@ -170,6 +89,9 @@ static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_
     }
     return 0;
 }
+
+/* An idle heap's free blocks (below). */
+static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want);
 
 /* Accounts for got blocks just moved onto the bin. */
 static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned got) {
@@ -272,12 +194,12 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     hak_heap_hollow_batch(h);
     unsigned got;
     for (;;) {
-        if ((got = hak_heap_take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
+        if ((got = take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
         if ((got = refill_from_larger(h, cls, bin, want)) != 0) {
             h->st.borrowed_blocks += got;
             return refilled_free(h, cls, bin, got);
         }
-        if ((got = hak_heap_borrow(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
+        if ((got = borrow(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
         if (!may_grow) return 0;
         struct hak_slab *s = h->current[cls];
         if (!s || s->carved == s->capacity) {
@@ -293,6 +215,11 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
                 h->current[cls] = NULL;
                 if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) && hak_heap_absorb_abandoned(h))
                     continue;
+                /* before taking more memory, collect what exited threads'
+                 * heaps were sent back (cheap when there is none: one
+                 * relaxed load) */
+                if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED))
+                    hak_heap_scavenge_abandoned();
                 if (!(s = hak_heap_run_in_new_ss(h, cls))) return 0;
             }
             s->state = HAK_SLAB_CURRENT;
@@ -322,140 +249,49 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
     return hak_heap_refill(h, cls, &one, 1, 1) ? one.head : NULL;
 }
 
-/* A flush hands a bin's blocks back to their runs a slab at a time: the
- * blocks of one slab that come one after the other in the bin (a program
- * frees in the order it allocated, or a bin refilled from one run) are
- * chained first and given to their run at once, so each block costs a
- * link and a compare, and the run's counts and state are seen once a
- * slab (a flush of 64-byte blocks freed in a row: 82 -> 18 instructions
- * a block, callgrind, with the block-start check it no longer repeats).
- * Blocks of SuperSlabs other heaps own go to those heaps' inboxes, one
- * push an owner (hak_send_add, heap_remote.c). */
-struct flush_run {
-    uintptr_t slab;   /* address >> HAK_SLAB_SHIFT of the chained blocks; 0: none */
-    struct hak_superslab *ss;
-    void *first, *last;
-    unsigned n;
-};
-
-/* Gives the chained stretch to its run. Always inlined: a call would take
- * run's address and keep it in memory through the whole loop (3-4
- * instructions more a flushed block). */
-HAK_INLINE void flush_run_put(struct hak_heap *h, const struct flush_run *run, int keep_empty, size_t size) {
-    if (run->n)
-        run_put_noting(h, run->ss, hak_slab_of(run->ss, run->last), run->first, run->last, run->n, keep_empty, size);
-}
-
-static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
-    struct hak_send send;
-    send.used = send.evict = 0;
-    send.last = NULL;
-    struct flush_run run = { 0 };
-    /* a bin's blocks are of its class's size, but for a larger class's
-     * blocks a refill lent it: dropped_bytes is an estimate anyway */
-    size_t size = bin->head ? hak_slab_of(hak_ss_of(bin->head), bin->head)->block_size : 0;
-    hak_heap_decay(h);
-    h->st.flushes++;
-    h->st.flushed_blocks += n;
-    for (unsigned i = 0; i < n && bin->head; i++) {
-        void *p = bin->head;
-        bin->head = hak_link_get(p);
-        bin->room++;
-        uintptr_t slab = (uintptr_t)p >> HAK_SLAB_SHIFT;
-        if (slab == run.slab) {   /* h owns it: it owned the run's first, and holds its lock */
-            hak_link_set(p, run.first);
-            run.first = p;
-            run.n++;
+/* Before h carves blocks it never had (new pages), it borrows free ones of
+ * class cls from a heap whose owner has had no miss for a decay period and
+ * to which other threads have been giving blocks back (its inbox, or its
+ * lendable hint): a thread that set memory up and went on to something
+ * else (a main thread waiting for its workers) never drains its inbox, and
+ * its runs would fill with free blocks nobody may use while the threads
+ * freeing them carve new ones (larson: 19.7 -> 15.6 MiB peak). Busy heaps
+ * are left alone: borrowing from them only shuffles blocks between
+ * threads that use them, at the price of remote frees (larson ran 12%
+ * slower). The blocks stay that heap's: they go back to it when freed,
+ * like any block a thread frees that another one allocated. Try-locks
+ * only, and at most HAK_BORROW_SCAN heaps a call. */
+#define HAK_BORROW_SCAN 32u
+static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+    uint32_t idle = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
+    if (!idle) return 0;   /* no clock, no idle heap */
+    struct hak_heap *head = __atomic_load_n(&hak_heaps.all, __ATOMIC_ACQUIRE);
+    if (head == h && !h->next_all) return 0;   /* the only heap */
+    struct hak_heap *v = h->borrow_next ? h->borrow_next : head;
+    uint64_t bit = (uint64_t)1 << (cls % 64);
+    uint32_t now = hak_os_clock_ms();
+    unsigned got = 0;
+    /* the scan resumes where the last one stopped, so that every heap is
+     * looked at in turn however many there are; it stops after one lap
+     * (with one heap, 32 turns around it cost every carve ~400
+     * instructions) */
+    struct hak_heap *start = v;
+    for (unsigned seen = 0; v && seen < HAK_BORROW_SCAN && !got; seen++) {
+        struct hak_heap *cur = v;
+        v = v->next_all ? v->next_all : head;
+        if (v == start) v = NULL;   /* cur is the last one this lap */
+        _Atomic uint64_t *word = &cur->lendable[cls / 64];
+        if (cur == h || (!(atomic_load_explicit(word, memory_order_relaxed) & bit) &&
+                         !atomic_load_explicit(&cur->inbox, memory_order_relaxed)) ||
+            (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)idle ||
+            !hak_spin_trylock(&cur->lock))
             continue;
-        }
-        if (send.last && slab == send.last->slab) {   /* the last remote block's slab */
-            hak_send_prepend(&send, send.last, p);
-            h->st.remote_blocks++;
-            continue;
-        }
-        struct hak_superslab *ss = hak_ss_of(p);
-        struct hak_heap *owner = hak_ss_owner(ss);
-        if (owner == h) {
-            flush_run_put(h, &run, keep_empty, size);
-            run = (struct flush_run){ .slab = slab, .ss = ss, .first = p, .last = p, .n = 1 };
-            continue;
-        }
-        hak_send_add(h, &send, p, slab, owner);
-        h->st.remote_blocks++;
+        hak_heap_drain_inbox(cur, 1);
+        got = take_own(cur, cls, bin, want);
+        if (!got) atomic_fetch_and_explicit(word, ~bit, memory_order_relaxed);
+        hak_spin_unlock(&cur->lock);
     }
-    flush_run_put(h, &run, keep_empty, size);
-    if (send.used) hak_send_all(h, &send);
+    h->borrow_next = v;
+    h->st.borrowed_remote += got;
+    return got;
 }
-
-void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty) {
-    hak_spin_lock(&h->lock);
-    flush(h, bin, n, keep_empty);
-    hak_spin_unlock(&h->lock);
-}
-
-/* Blocks of h's runs not on a run free list, and their bytes (h's lock
- * held). */
-static size_t out_of_runs(const struct hak_heap *h, size_t *blocks) {
-    size_t bytes = 0, n = 0;
-    for (const struct hak_superslab *ss = h->ss_list; ss; ss = ss->next)
-        for (unsigned i = 1; i < HAK_SLABS_PER_SS; i++) {
-            const struct hak_slab *s = &ss->slabs[i];
-            if (s->state != HAK_SLAB_FREE && s->state != HAK_SLAB_TAIL) {
-                n += s->used;
-                bytes += (size_t)s->used * s->block_size;
-            }
-        }
-    *blocks = n;
-    return bytes;
-}
-
-size_t hak_heap_bytes_out(struct hak_heap *h) {
-    size_t blocks;
-    hak_spin_lock(&h->lock);
-    size_t bytes = out_of_runs(h, &blocks);
-    hak_spin_unlock(&h->lock);
-    return bytes;
-}
-
-void hak_heap_snapshot(struct hak_heap *h, struct hak_heap_stats *st, struct hak_heap_usage *u) {
-    hak_spin_lock(&h->lock);
-    *st = h->st;
-    u->bytes_out = out_of_runs(h, &u->blocks_out);
-    u->superslabs = h->ss_count;
-    u->orphaned = atomic_load_explicit(&h->orphaned, memory_order_relaxed) != 0;
-    hak_spin_unlock(&h->lock);
-}
-
-void hak_heap_foreach(void (*fn)(struct hak_heap *, void *), void *arg) {
-    hak_spin_lock(&hak_heaps.lock);
-    struct hak_heap *h = hak_heaps.all;
-    hak_spin_unlock(&hak_heaps.lock);
-    for (; h; h = h->next_all) fn(h, arg);
-}
-
-/* fork(): every heap's lock, then the list's, so that the child inherits
- * no heap in the middle of a change (it may borrow from or adopt those of
- * threads that do not exist there), and no heap whose lock nobody will
- * ever release: a child that forks in turn takes them all again. Heap
- * locks come first, since their holders may take hak_heaps.lock; heaps
- * are only ever added at the list's head, so a pass that finds the head
- * unchanged once it holds the list's lock has them all. */
-static struct hak_heap *fork_heaps;   /* the list as it was when locked */
-void hak_heap_fork_prepare(void) {
-    struct hak_heap *done = NULL;   /* heaps from here on are locked */
-    for (;;) {
-        hak_spin_lock(&hak_heaps.lock);
-        struct hak_heap *head = hak_heaps.all;
-        if (head == done) break;   /* holding the list's lock */
-        hak_spin_unlock(&hak_heaps.lock);
-        for (struct hak_heap *h = head; h != done; h = h->next_all) hak_spin_lock(&h->lock);
-        done = head;
-    }
-    fork_heaps = done;
-}
-static void fork_unlock_all(void) {
-    hak_spin_unlock(&hak_heaps.lock);
-    for (struct hak_heap *h = fork_heaps; h; h = h->next_all) hak_spin_unlock(&h->lock);
-}
-void hak_heap_fork_parent(void) { fork_unlock_all(); }
-void hak_heap_fork_child(void) { fork_unlock_all(); }
