@@ -36,6 +36,12 @@
 #define HT_POOL_ENABLED 0
 #endif
 #define HT_DEFAULT_POOL (HT_POOL_ENABLED ? "tls" : "none")
+#ifndef HT_DEFAULT_SUPERSLAB
+#define HT_DEFAULT_SUPERSLAB "pages"
+#endif
+#ifndef HT_HUGEPAGE_ENABLED
+#define HT_HUGEPAGE_ENABLED 0
+#endif
 
 /* 1 when mid sizes go through the Pool TLS box's per-thread bins: built in
  * and not turned off with HAKMEM_POOL=none. Otherwise marks the calling

@@ -7,6 +7,7 @@
 #include "backend/chunk_map.h"
 #include "backend/heap.h"
 #include "backend/superslab.h"
+#include "backend/ss_box.h"
 
 #include <pthread.h>
 #include <sys/auxv.h>
@@ -26,6 +27,7 @@ const struct hak_cache_ops *hak_pool = &hak_pool_tls;
 const struct hak_cache_ops *hak_pool = &hak_cache_direct;
 #endif
 const struct hak_safety_ops *hak_safety = &hak_safety_registry;
+const struct hak_ss_ops *hak_ss_box = &hak_ss_pages;
 
 atomic_int hak_init_state;
 static hak_spinlock_t init_lock = HAK_SPINLOCK_INIT;
@@ -46,6 +48,12 @@ static const struct hak_safety_ops *const safeties[] = {
     &hak_safety_mincore,
 #endif
 };
+static const struct hak_ss_ops *const ss_boxes[] = {
+    &hak_ss_pages,
+#if HAVE_HUGEPAGE_BOX
+    &hak_ss_hugepage,
+#endif
+};
 
 static void thread_exit(void *arg);
 
@@ -61,6 +69,7 @@ void hak_init_slow(void) {
     hak_front = fronts[hak_opt(HAK_OPT_FRONT)];
     hak_pool = pools[hak_opt(HAK_OPT_POOL)];
     hak_safety = safeties[hak_opt(HAK_OPT_SAFETY)];
+    hak_ss_box = ss_boxes[hak_opt(HAK_OPT_SUPERSLAB)];
     hak_cache_limits_init();
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     /* a box that checks every free wants no tag on the hit path */

@@ -28,6 +28,14 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
 #endif
         HAKMEM_DEFAULT_SAFETY,
         "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
+    [HAK_OPT_SUPERSLAB] = { "superslab", "HAKMEM_SUPERSLAB", HAK_OPT_CHOICE,
+#if HAVE_HUGEPAGE_BOX
+        { "pages", "hugepage" },
+#else
+        { "pages" },
+#endif
+        HAKMEM_DEFAULT_SUPERSLAB,
+        "SuperSlab box (the 2 MiB chunks small and mid blocks live in): pages = normal pages, free slabs returned 64 KiB at a time; hugepage = each SuperSlab one 2 MiB page (reserved huge pages, else transparent ones), fewer TLB misses and page faults on big heaps, but pages return only with whole SuperSlabs, so a fragmented heap stays larger: for programs with hundreds of MiB of small blocks that live long (see docs/PERFORMANCE.md)", 0, 0 },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },
