@@ -56,6 +56,22 @@ ht_pool_bins_or_skip (const char *why)
   return 0;
 }
 
+/* 1 when pages inside a SuperSlab in use go back to the OS on their own
+ * (free slabs, hollow runs): the pages SuperSlab box. The hugepage box
+ * gives pages back only with whole SuperSlabs; under it, marks the calling
+ * test skipped, saying why. */
+static inline int
+ht_partial_purge_or_skip (const char *why)
+{
+  const char *ss = g_getenv ("HAKMEM_SUPERSLAB");
+  if (!ss || (strcmp (ss, "pages") && strcmp (ss, "hugepage")))
+    ss = HT_DEFAULT_SUPERSLAB;   /* unset or refused: the build's default */
+  if (strcmp (ss, "hugepage") != 0)
+    return 1;
+  g_test_skip (why);
+  return 0;
+}
+
 /* The same for tiny sizes and the front cache box (HAKMEM_FRONT=none
  * leaves it out). */
 static inline int

@@ -97,7 +97,11 @@ smaps_kb_over (const uintptr_t *addr, int n, const char *field)
 
 /* Fills a little more than 4 MiB with 64-byte blocks, then prints how many
  * SuperSlabs hold them and the huge page kB (transparent and reserved) of
- * the mappings that hold those SuperSlabs. */
+ * the mappings that hold those SuperSlabs; then frees all but every
+ * 16384th block (each SuperSlab keeps one or two, the rest of its slabs
+ * are free), lets the decay clock (HAKMEM_DECAY_MS=1: its bounds last two
+ * 64-period epochs) tick for 400 ms, and prints those kB again: a purge of
+ * the free slabs would split the huge pages. */
 static int
 huge_backed (void)
 {
@@ -120,8 +124,22 @@ huge_backed (void)
     }
   unsigned long kb = smaps_kb_over (ss, nss, "AnonHugePages")
                      + smaps_kb_over (ss, nss, "Private_Hugetlb");
-  printf ("superslabs=%d huge_kb=%lu\n", nss, kb);
   for (int i = 0; i < N; i++)
+    if (i % 16384)
+      T (free) (p[i]);
+  for (int k = 0; k < 200; k++)
+    {
+      g_usleep (2000);
+      void *q[256];
+      for (int j = 0; j < 256; j++)
+        q[j] = T (malloc) (176);
+      for (int j = 0; j < 256; j++)
+        T (free) (q[j]);
+    }
+  unsigned long after = smaps_kb_over (ss, nss, "AnonHugePages")
+                        + smaps_kb_over (ss, nss, "Private_Hugetlb");
+  printf ("superslabs=%d huge_kb=%lu after_kb=%lu\n", nss, kb, after);
+  for (int i = 0; i < N; i += 16384)
     T (free) (p[i]);
   return 0;
 }
@@ -518,29 +536,30 @@ system_reserved_free (void)
   return n;
 }
 
-/* The child's "superslabs=K huge_kb=N" line. */
+/* The child's "superslabs=K huge_kb=N after_kb=M" line. */
 static void
-parse_huge (const Child *c, int *nss, unsigned long *kb)
+parse_huge (const Child *c, int *nss, unsigned long *kb, unsigned long *after)
 {
-  if (sscanf (c->out, "superslabs=%d huge_kb=%lu", nss, kb) != 2)
-    g_error ("no 'superslabs=K huge_kb=N' line from the child: %s", c->out);
+  if (sscanf (c->out, "superslabs=%d huge_kb=%lu after_kb=%lu", nss, kb, after) != 3)
+    g_error ("no 'superslabs=K huge_kb=N after_kb=M' line from the child: %s", c->out);
   g_assert_cmpint (*nss, >=, 2);   /* 4 MiB of blocks span more than one */
 }
 
 /* HAKMEM_SUPERSLAB=hugepage: every SuperSlab a program touched is a huge
- * page, as /proc/self/smaps counts them, and HAKMEM_VERBOSE says which
- * kind; where the system offers none, one warning line says so and the
+ * page, as /proc/self/smaps counts them, and stays one when most of its
+ * blocks are freed and the decay clock runs (nothing splits it);
+ * HAKMEM_VERBOSE says which kind; where the system offers none, one warning line says so and the
  * program runs on normal pages. With THP in `madvise` mode and no reserve,
  * the default box's SuperSlabs are not huge pages: the box made them so. */
 static void
 test_hugepage_backed (void)
 {
-  const char *env[] = { "HAKMEM_SUPERSLAB=hugepage", "HAKMEM_VERBOSE=1", NULL };
+  const char *env[] = { "HAKMEM_SUPERSLAB=hugepage", "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=1", NULL };
   gboolean thp = system_thp ();
   long reserved = system_reserved_free ();
   Child c;
   int nss;
-  unsigned long kb;
+  unsigned long kb, after;
 
   run_child (&c, "huge-backed", env);
   assert_exit_ok (&c);
@@ -559,17 +578,20 @@ test_hugepage_backed (void)
   g_assert_cmpuint (count_lines (&c, reserved > 0 ? "hakmem: hugepage box: reserved 2 MiB pages"
                                                   : "hakmem: hugepage box: transparent huge pages"),
                     ==, 1);
-  parse_huge (&c, &nss, &kb);
+  parse_huge (&c, &nss, &kb, &after);
   if (kb < 2048ul * (unsigned long) nss)
     g_error ("%d SuperSlabs touched but only %lu kB of huge pages in their mappings", nss, kb);
+  if (after < 2048ul * (unsigned long) nss)
+    g_error ("%d SuperSlabs still in use but only %lu kB of huge pages left in their mappings "
+             "after most of their blocks were freed (split by a purge?)", nss, after);
   child_clear (&c);
 
   if (system_thp_madvise_only () && reserved <= 0)
     {
-      const char *pages[] = { "HAKMEM_SUPERSLAB=pages", NULL };
+      const char *pages[] = { "HAKMEM_SUPERSLAB=pages", "HAKMEM_DECAY_MS=1", NULL };
       run_child (&c, "huge-backed", pages);
       assert_exit_ok (&c);
-      parse_huge (&c, &nss, &kb);
+      parse_huge (&c, &nss, &kb, &after);
       g_assert_cmpuint (kb, ==, 0);
       child_clear (&c);
     }
