@@ -2,7 +2,10 @@
  * 2 MiB page, so a big heap needs a TLB entry per 2 MiB instead of 512.
  * Backing, chosen at init from what the system offers:
  *   reserved huge pages (MAP_HUGETLB) while the 2 MiB reserve has pages
- *   free; a mapping the reserve cannot hold falls back to the next;
+ *   free; a mapping the reserve cannot hold falls back to the next (a
+ *   forked child writing to such a page copies 2 MiB from the reserve,
+ *   and is killed with SIGBUS when the reserve is empty: the kernel's
+ *   rule for private huge pages);
  *   transparent huge pages (MADV_HUGEPAGE) when THP is `always` or
  *   `madvise`: the first touch of a SuperSlab faults in its whole 2 MiB;
  *   otherwise normal pages, with one warning line.
