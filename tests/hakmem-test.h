@@ -42,6 +42,12 @@
 #ifndef HT_DEFAULT_LARGE
 #define HT_DEFAULT_LARGE "cached"
 #endif
+#ifndef HT_DEFAULT_SUPERSLAB
+#define HT_DEFAULT_SUPERSLAB "pages"
+#endif
+#ifndef HT_HUGEPAGE_ENABLED
+#define HT_HUGEPAGE_ENABLED 0
+#endif
 
 /* 1 when mid sizes go through the Pool TLS box's per-thread bins: built in
  * and not turned off with HAKMEM_POOL=none. Otherwise marks the calling
@@ -51,6 +57,22 @@ ht_pool_bins_or_skip (const char *why)
 {
   const char *pool = g_getenv ("HAKMEM_POOL");
   if (HT_POOL_ENABLED && !(pool && strcmp (pool, "none") == 0))
+    return 1;
+  g_test_skip (why);
+  return 0;
+}
+
+/* 1 when pages inside a SuperSlab in use go back to the OS on their own
+ * (free slabs, hollow runs): the pages SuperSlab box. The hugepage box
+ * gives pages back only with whole SuperSlabs; under it, marks the calling
+ * test skipped, saying why. */
+static inline int
+ht_partial_purge_or_skip (const char *why)
+{
+  const char *ss = g_getenv ("HAKMEM_SUPERSLAB");
+  if (!ss || (strcmp (ss, "pages") && strcmp (ss, "hugepage")))
+    ss = HT_DEFAULT_SUPERSLAB;   /* unset or refused: the build's default */
+  if (strcmp (ss, "hugepage") != 0)
     return 1;
   g_test_skip (why);
   return 0;

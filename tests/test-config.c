@@ -67,9 +67,88 @@ smoke (void)
   return rc;
 }
 
+/* Sum of `field` (kB) over the mappings of /proc/self/smaps that hold
+ * any of the n addresses. */
+static unsigned long
+smaps_kb_over (const uintptr_t *addr, int n, const char *field)
+{
+  FILE *f = fopen ("/proc/self/smaps", "r");
+  char line[512];
+  unsigned long lo = 0, hi = 0, sum = 0;
+  int in = 0;
+  size_t flen = strlen (field);
+  if (!f)
+    return 0;
+  while (fgets (line, sizeof line, f))
+    {
+      char *dash = strchr (line, '-'), *space = strchr (line, ' ');
+      if (dash && space && dash < space && sscanf (line, "%lx-%lx", &lo, &hi) == 2)
+        {
+          in = 0;
+          for (int i = 0; i < n; i++)
+            in |= addr[i] >= lo && addr[i] < hi;
+        }
+      else if (in && !strncmp (line, field, flen) && line[flen] == ':')
+        sum += strtoul (line + flen + 1, NULL, 10);
+    }
+  fclose (f);
+  return sum;
+}
+
+/* Fills a little more than 4 MiB with 64-byte blocks, then prints how many
+ * SuperSlabs hold them and the huge page kB (transparent and reserved) of
+ * the mappings that hold those SuperSlabs; then frees all but every
+ * 16384th block (each SuperSlab keeps one or two, the rest of its slabs
+ * are free), lets the decay clock (HAKMEM_DECAY_MS=1: its bounds last two
+ * 64-period epochs) tick for 400 ms, and prints those kB again: a purge of
+ * the free slabs would split the huge pages. */
+static int
+huge_backed (void)
+{
+  enum { N = 70000, MAX_SS = 64 };
+  static void *p[N];
+  uintptr_t ss[MAX_SS];
+  int nss = 0;
+  for (int i = 0; i < N; i++)
+    {
+      p[i] = T (malloc) (64);
+      if (!p[i])
+        return 2;
+      memset (p[i], 0x5A, 64);
+      uintptr_t base = (uintptr_t) p[i] & ~(uintptr_t) (2 * HT_MiB - 1);
+      int known = 0;
+      for (int k = 0; k < nss; k++)
+        known |= ss[k] == base;
+      if (!known && nss < MAX_SS)
+        ss[nss++] = base;
+    }
+  unsigned long kb = smaps_kb_over (ss, nss, "AnonHugePages")
+                     + smaps_kb_over (ss, nss, "Private_Hugetlb");
+  for (int i = 0; i < N; i++)
+    if (i % 16384)
+      T (free) (p[i]);
+  for (int k = 0; k < 200; k++)
+    {
+      g_usleep (2000);
+      void *q[256];
+      for (int j = 0; j < 256; j++)
+        q[j] = T (malloc) (176);
+      for (int j = 0; j < 256; j++)
+        T (free) (q[j]);
+    }
+  unsigned long after = smaps_kb_over (ss, nss, "AnonHugePages")
+                        + smaps_kb_over (ss, nss, "Private_Hugetlb");
+  printf ("superslabs=%d huge_kb=%lu after_kb=%lu\n", nss, kb, after);
+  for (int i = 0; i < N; i += 16384)
+    T (free) (p[i]);
+  return 0;
+}
+
 static int
 child_main (const char *mode)
 {
+  if (!strcmp (mode, "huge-backed"))
+    return huge_backed ();
   if (!strcmp (mode, "smoke") || !strcmp (mode, "stats"))
     return smoke ();
   if (!strcmp (mode, "print-config"))
@@ -282,10 +361,11 @@ test_bogus (gconstpointer data)
   gchar *kv = g_strdup_printf ("%s=%s", ch->var, ch->value);
   const char *env_quiet[] = { kv, NULL };
   const char *env_verbose[] = { kv, "HAKMEM_VERBOSE=1", NULL };
-  const char *def = !strcmp (ch->option, "front")    ? HT_DEFAULT_FRONT
-                    : !strcmp (ch->option, "safety") ? HT_DEFAULT_SAFETY
-                    : !strcmp (ch->option, "large")  ? HT_DEFAULT_LARGE
-                                                     : HT_DEFAULT_POOL;
+  const char *def = !strcmp (ch->option, "front")       ? HT_DEFAULT_FRONT
+                    : !strcmp (ch->option, "safety")    ? HT_DEFAULT_SAFETY
+                    : !strcmp (ch->option, "large")     ? HT_DEFAULT_LARGE
+                    : !strcmp (ch->option, "superslab") ? HT_DEFAULT_SUPERSLAB
+                                                        : HT_DEFAULT_POOL;
   Child c;
 
   run_child (&c, "smoke", env_quiet);
@@ -459,6 +539,105 @@ test_combinations (void)
         }
 }
 
+/* What the system offers the hugepage box: transparent huge pages
+ * ("always" or "madvise" chosen) and free reserved 2 MiB pages. */
+static gboolean
+system_thp (void)
+{
+  gchar *text = NULL;
+  gboolean on = g_file_get_contents ("/sys/kernel/mm/transparent_hugepage/enabled",
+                                     &text, NULL, NULL)
+                && (strstr (text, "[always]") || strstr (text, "[madvise]"));
+  g_free (text);
+  return on;
+}
+
+static gboolean
+system_thp_madvise_only (void)
+{
+  gchar *text = NULL;
+  gboolean on = g_file_get_contents ("/sys/kernel/mm/transparent_hugepage/enabled",
+                                     &text, NULL, NULL)
+                && strstr (text, "[madvise]");
+  g_free (text);
+  return on;
+}
+
+static long
+system_reserved_free (void)
+{
+  gchar *text = NULL;
+  long n = 0;
+  if (g_file_get_contents ("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
+                           &text, NULL, NULL))
+    n = strtol (text, NULL, 10);
+  g_free (text);
+  return n;
+}
+
+/* The child's "superslabs=K huge_kb=N after_kb=M" line. */
+static void
+parse_huge (const Child *c, int *nss, unsigned long *kb, unsigned long *after)
+{
+  if (sscanf (c->out, "superslabs=%d huge_kb=%lu after_kb=%lu", nss, kb, after) != 3)
+    g_error ("no 'superslabs=K huge_kb=N after_kb=M' line from the child: %s", c->out);
+  g_assert_cmpint (*nss, >=, 2);   /* 4 MiB of blocks span more than one */
+}
+
+/* HAKMEM_SUPERSLAB=hugepage: every SuperSlab a program touched is a huge
+ * page, as /proc/self/smaps counts them, and stays one when most of its
+ * blocks are freed and the decay clock runs (nothing splits it);
+ * HAKMEM_VERBOSE says which kind; where the system offers none, one warning line says so and the
+ * program runs on normal pages. With THP in `madvise` mode and no reserve,
+ * the default box's SuperSlabs are not huge pages: the box made them so. */
+static void
+test_hugepage_backed (void)
+{
+  const char *env[] = { "HAKMEM_SUPERSLAB=hugepage", "HAKMEM_VERBOSE=1", "HAKMEM_DECAY_MS=1", NULL };
+  gboolean thp = system_thp ();
+  long reserved = system_reserved_free ();
+  Child c;
+  int nss;
+  unsigned long kb, after;
+
+  run_child (&c, "huge-backed", env);
+  assert_exit_ok (&c);
+  assert_option (&c, "superslab", "hugepage", "env");
+  if (!thp && reserved <= 0)
+    {
+      if (count_lines (&c, "warning") != 1
+          || count_lines (&c, "HAKMEM_SUPERSLAB=hugepage: the system offers no huge pages") != 1)
+        g_error ("expected one warning that the system offers no huge pages:\n%s", c.err);
+      child_clear (&c);
+      g_test_skip ("the system has transparent huge pages `never` and no reserved 2 MiB pages: "
+                   "nothing to back SuperSlabs with (the warning was checked)");
+      return;
+    }
+  assert_no_warning (&c);
+  g_assert_cmpuint (count_lines (&c, reserved > 0 ? "hakmem: hugepage box: reserved 2 MiB pages"
+                                                  : "hakmem: hugepage box: transparent huge pages"),
+                    ==, 1);
+  parse_huge (&c, &nss, &kb, &after);
+  if (kb < 2048ul * (unsigned long) nss)
+    g_error ("%d SuperSlabs touched but only %lu kB of huge pages in their mappings", nss, kb);
+  if (after < 2048ul * (unsigned long) nss)
+    g_error ("%d SuperSlabs still in use but only %lu kB of huge pages left in their mappings "
+             "after most of their blocks were freed (split by a purge?)", nss, after);
+  child_clear (&c);
+
+  if (system_thp_madvise_only () && reserved <= 0)
+    {
+      const char *pages[] = { "HAKMEM_SUPERSLAB=pages", "HAKMEM_DECAY_MS=1", NULL };
+      run_child (&c, "huge-backed", pages);
+      assert_exit_ok (&c);
+      parse_huge (&c, &nss, &kb, &after);
+      g_assert_cmpuint (kb, ==, 0);
+      child_clear (&c);
+    }
+}
+
+static const Choice superslab_pages = { "superslab", "HAKMEM_SUPERSLAB", "pages" };
+static const Choice superslab_bogus = { "superslab", "HAKMEM_SUPERSLAB", "bogus" };
 static const Choice front_tcache = { "front", "HAKMEM_FRONT", "tcache" };
 static const Choice front_none = { "front", "HAKMEM_FRONT", "none" };
 static const Choice safety_registry = { "safety", "HAKMEM_SAFETY", "registry" };
@@ -474,6 +653,9 @@ static const NotBuilt mincore_not_built = {
   { "safety", "HAKMEM_SAFETY", "mincore" }, "-Dmincore=off", HT_DEFAULT_SAFETY
 };
 static const NotBuilt pool_tls_not_built = { { "pool", "HAKMEM_POOL", "tls" }, "-Dpool=off", "none" };
+static const NotBuilt hugepage_not_built = {
+  { "superslab", "HAKMEM_SUPERSLAB", "hugepage" }, "-Dhugepage=off", "pages"
+};
 static const NotBuilt large_direct_not_built = {
   { "large", "HAKMEM_LARGE", "direct" }, "-Ddirect=off", "cached"
 };
@@ -513,6 +695,13 @@ main (int argc, char **argv)
     g_test_add_data_func ("/config/large/direct-not-built", &large_direct_not_built,
                           test_not_built);
   g_test_add_data_func ("/config/bogus/large", &large_bogus, test_bogus);
+  g_test_add_data_func ("/config/superslab/pages", &superslab_pages, test_choice);
+  if (HT_HUGEPAGE_ENABLED)
+    g_test_add_func ("/config/superslab/hugepage-backed", test_hugepage_backed);
+  else
+    g_test_add_data_func ("/config/superslab/hugepage-not-built", &hugepage_not_built,
+                          test_not_built);
+  g_test_add_data_func ("/config/bogus/superslab", &superslab_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/front", &front_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/pool", &pool_bogus, test_bogus);
   g_test_add_data_func ("/config/bogus/safety", &safety_bogus, test_bogus);

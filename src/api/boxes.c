@@ -9,6 +9,7 @@
 #include "pool/pool.h"
 #include "safety/safety.h"
 #include "backend/large.h"
+#include "backend/ss_box.h"
 
 #include <stddef.h>
 
@@ -36,7 +37,14 @@ static const struct hak_box_impl large_boxes[] = {
     HAK_BOX_END,
 };
 
+static const struct hak_box_impl superslab_boxes[] = {
+    HAK_BOX_ALWAYS("pages", hak_ss_pages),
+    HAK_BOX_OPTIONAL("hugepage", hak_ss_hugepage, hugepage),
+    HAK_BOX_END,
+};
+
 void hak_boxes_attach(void) {
+    hak_options[HAK_OPT_SUPERSLAB].impls = superslab_boxes;
     hak_options[HAK_OPT_FRONT].impls = front_boxes;
     hak_options[HAK_OPT_POOL].impls = pool_boxes;
     hak_options[HAK_OPT_SAFETY].impls = safety_boxes;

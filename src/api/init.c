@@ -9,6 +9,7 @@
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "backend/superslab.h"
+#include "backend/ss_box.h"
 
 #include <pthread.h>
 #include <sys/auxv.h>
@@ -45,6 +46,7 @@ void hak_init_slow(void) {
     hak_pool = hak_opt_box(HAK_OPT_POOL);
     hak_safety = hak_opt_box(HAK_OPT_SAFETY);
     hak_large_box = hak_opt_box(HAK_OPT_LARGE);
+    hak_ss_box = hak_opt_box(HAK_OPT_SUPERSLAB);
     hak_cache_limits_init(1, hak_front->capacity);
     hak_cache_limits_init(0, hak_pool->capacity);
     hak_ss_entry_flag = hak_safety->ss_entry_flag;

@@ -30,9 +30,11 @@
  * back in. When the last one is taken, the tags go back to normal.
  * Pages here are HAK_PAGE_SIZE: on a kernel with larger pages, a purge
  * would take live bytes beyond its range with it, so runs are never
- * hollowed there (hak_os_pages_match). */
+ * hollowed there (hak_os_pages_match), nor with a SuperSlab box that gives
+ * pages back only with whole SuperSlabs (backend/ss_box.h). */
 #include "backend/heap_int.h"
 #include "os/os.h"
+#include "backend/ss_box.h"
 #include "base/options.h"
 #include "base/track.h"
 
@@ -85,7 +87,9 @@ void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s) {
 }
 
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s) {
-    if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s) || !hak_os_pages_match()) return;
+    if (s->queued || s->state != HAK_SLAB_PARTIAL || !worth_hollowing(s) || !hak_os_pages_match() ||
+        !hak_ss_purges_inside())
+        return;
     struct hak_slab_queue *q = hak_slab_queue_of(s);
     s->queued = 1;
     q->queued_ms = hak_os_clock_ms();
@@ -141,7 +145,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
         if (!page_get(fresh, p)) { p++; continue; }
         unsigned q = p;
         while (q < pages && page_get(fresh, q)) q++;
-        hak_os_purge(base + (size_t)p * HAK_PAGE_SIZE, (size_t)(q - p) * HAK_PAGE_SIZE);
+        hak_ss_box->purge(base + (size_t)p * HAK_PAGE_SIZE, (size_t)(q - p) * HAK_PAGE_SIZE);
         calls++;
         p = q;
     }

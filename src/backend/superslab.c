@@ -1,5 +1,6 @@
 #include "backend/superslab.h"
 #include "backend/chunk_map.h"
+#include "backend/ss_box.h"
 #include "os/os.h"
 #include "backend/large.h"
 #include "base/options.h"
@@ -7,7 +8,9 @@
 #include <string.h>
 
 /* Empty SuperSlabs: `ready` ones still hold their pages, `purged` ones were
- * madvised and fault back in as zero pages when reused. */
+ * madvised and fault back in as zero pages when reused. The box
+ * (backend/ss_box.h) maps, purges and unmaps; one that purges nothing
+ * (hugepage) keeps only ready ones and unmaps the rest. */
 static struct {
     hak_spinlock_t lock;
     struct hak_superslab *ready, *purged;
@@ -52,7 +55,9 @@ static int index_take(uint32_t *out) {
     return 1;
 }
 
-void hak_ss_pool_init(void) { }
+const struct hak_ss_ops *hak_ss_box = &hak_ss_pages;
+
+void hak_ss_pool_init(void) { hak_ss_box->init(); }
 
 static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     ss->magic = HAK_SS_MAGIC;
@@ -74,16 +79,17 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
 static struct hak_superslab *map_batch(void) {
     hak_spin_lock(&pool.lock);
     unsigned want = pool.st.mapped < 4 ? 1 : pool.st.mapped < 32 ? 4 : 8;
+    if (want > hak_ss_box->batch) want = hak_ss_box->batch;
     uint32_t index[8];
     unsigned n = 0;
     while (n < want && index_take(&index[n])) n++;
     hak_spin_unlock(&pool.lock);
     if (!n) return NULL;   /* HAK_MAX_SS SuperSlabs in use */
-    char *base = hak_os_map_aligned(n * HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
+    char *base = hak_ss_box->map(n * HAK_CHUNK_SIZE);
     unsigned got = base ? n : 0;
-    if (!base && n > 1 && (base = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE)))
+    if (!base && n > 1 && (base = hak_ss_box->map(HAK_CHUNK_SIZE)))
         got = 1;   /* near the address-space limit: one at a time */
-    if (!base && hak_large_release_cache() && (base = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE)))
+    if (!base && hak_large_release_cache() && (base = hak_ss_box->map(HAK_CHUNK_SIZE)))
         got = 1;   /* memory the large-span cache held was in the way */
     hak_spin_lock(&pool.lock);
     while (n > got) free_index[nfree_index++] = (uint16_t)index[--n];
@@ -137,7 +143,7 @@ static void ss_unmap(struct hak_superslab *ss) {
     uint32_t index = ss->index;
     hak_ss_clear_tags(ss);
     hak_chunk_map_clear(ss, HAK_CHUNK_SIZE);
-    hak_os_unmap(ss, HAK_CHUNK_SIZE);
+    hak_ss_box->unmap(ss, HAK_CHUNK_SIZE);
     hak_spin_lock(&pool.lock);
     free_index[nfree_index++] = (uint16_t)index;
     hak_spin_unlock(&pool.lock);
@@ -145,9 +151,10 @@ static void ss_unmap(struct hak_superslab *ss) {
 
 /* Called with pool.lock held, which it releases: keeps the address range
  * of an empty SuperSlab (reuse costs no mmap) and gives its pages back;
- * past eight times the cache, unmaps it for good. */
+ * past eight times the cache, or when the box purges nothing, unmaps it
+ * for good. */
 static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
-    int unmap = purged_full_locked(keep);
+    int unmap = purged_full_locked(keep) || !hak_ss_purges_inside();
     if (unmap) pool.st.unmapped++; else pool.st.purged++;
     hak_spin_unlock(&pool.lock);
     if (unmap) {
@@ -157,7 +164,7 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
     /* the header's page stays; on a kernel with larger pages, ss +
      * HAK_PAGE_SIZE is no page boundary and madvise would refuse it */
     size_t head = hak_os_page_size() > HAK_PAGE_SIZE ? hak_os_page_size() : HAK_PAGE_SIZE;
-    hak_os_purge((char *)ss + head, HAK_CHUNK_SIZE - head);
+    hak_ss_box->purge((char *)ss + head, HAK_CHUNK_SIZE - head);
     hak_spin_lock(&pool.lock);
     purged_push_locked(ss);
     hak_spin_unlock(&pool.lock);
@@ -169,7 +176,9 @@ void hak_ss_release(struct hak_superslab *ss) {
     size_t keep = (size_t)hak_opt(HAK_OPT_SS_CACHE);
     hak_spin_lock(&pool.lock);
     pool.st.live--;
-    int clean = !(ss->dirty_mask & HAK_SS_ALL_FREE);   /* purged by its heap's clock already */
+    /* purged by its heap's clock already (a box that purges nothing only
+     * kept the books: its pages are all there) */
+    int clean = !(ss->dirty_mask & HAK_SS_ALL_FREE) && hak_ss_purges_inside();
     if (clean && !purged_full_locked(keep)) {
         purged_push_locked(ss);
         hak_spin_unlock(&pool.lock);
@@ -365,7 +374,11 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
 static uint32_t purge_stretch(struct hak_superslab *ss, unsigned i, uint32_t span) {
     while (i > 1 && (span >> (i - 1) & 1)) i--;
     unsigned n = (unsigned)__builtin_ctz(~(span >> i));
-    hak_os_purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
+    /* a box that purges nothing (hugepage) gives the pages back with the
+     * whole SuperSlab; the books say they went, so that a SuperSlab with
+     * no run in use leaves its heap for the pool as with pages */
+    if (hak_ss_box->purge)
+        hak_ss_box->purge((char *)ss + ((size_t)i << HAK_SLAB_SHIFT), (size_t)n << HAK_SLAB_SHIFT);
     uint32_t bits = run_bits(n) << i;
     ss->dirty_mask &= ~bits;
     ss->idle_mask &= ~bits;

@@ -17,6 +17,8 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
     [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_LARGE,
         "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0 },
+    [HAK_OPT_SUPERSLAB] = { "superslab", "HAKMEM_SUPERSLAB", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_SUPERSLAB,
+        "SuperSlab box (the 2 MiB chunks small and mid blocks live in): pages = normal pages, free slabs returned 64 KiB at a time; hugepage = each SuperSlab one 2 MiB page (reserved huge pages, else transparent ones), fewer TLB misses and page faults on big heaps, but pages return only with whole SuperSlabs, so a fragmented heap stays larger: for programs with hundreds of MiB of small blocks that live long (see docs/PERFORMANCE.md)", 0, 0 },
     [HAK_OPT_ON_ERROR] = { "on_error", "HAKMEM_ON_ERROR", HAK_OPT_CHOICE,
         { "abort", "warn", "ignore" }, "abort",
         "what an invalid free/realloc does: abort = report and abort; warn = report, ignore the call; ignore = ignore silently", 0, 0 },

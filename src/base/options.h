@@ -12,6 +12,7 @@ enum hak_option_id {
     HAK_OPT_POOL,
     HAK_OPT_SAFETY,
     HAK_OPT_LARGE,
+    HAK_OPT_SUPERSLAB,
     HAK_OPT_ON_ERROR,
     HAK_OPT_VERBOSE,
     HAK_OPT_STATS,

@@ -2,6 +2,7 @@
 #include "os/os.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -90,6 +91,55 @@ void hak_os_purge(void *p, size_t size) {
     int saved = errno;
     madvise(p, size, MADV_DONTNEED);
     errno = saved;
+}
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#endif
+
+/* Private, so a fork copies on write as with any other heap page. The
+ * size is named (MAP_HUGE_2MB), not the system's default huge page, which
+ * may be 1 GiB: the mapping is then 2 MiB aligned by construction. */
+void *hak_os_map_hugetlb(size_t size) {
+    int saved = errno;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB,
+                   -1, 0);
+    errno = saved;
+    if (p == MAP_FAILED) return NULL;
+    if ((uintptr_t)p & (((size_t)2 << 20) - 1)) {   /* not 2 MiB pages after all */
+        munmap(p, size);
+        return NULL;
+    }
+    return p;
+}
+
+int hak_os_advise_huge(void *p, size_t size) {
+    int saved = errno;
+    int rc = madvise(p, size, MADV_HUGEPAGE);
+    errno = saved;
+    return rc;
+}
+
+long hak_os_read_file(const char *path, char *buf, size_t len) {
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    long got = -1;
+    if (fd >= 0) {
+        got = 0;
+        while ((size_t)got + 1 < len) {
+            ssize_t n = read(fd, buf + got, len - 1 - (size_t)got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            got += n;
+        }
+        close(fd);
+    }
+    if (len) buf[got > 0 ? got : 0] = 0;
+    errno = saved;
+    return got;
 }
 
 void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align) {

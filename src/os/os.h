@@ -42,6 +42,18 @@ int hak_os_read_checked(const void *addr, void *out, size_t n);
 /* 1 when the page at addr (page-aligned) is mapped, whatever its access. */
 int hak_os_page_mapped(const void *addr);
 
+/* Huge pages (the hugepage SuperSlab box, backend/ss_hugepage.c). */
+/* Maps size bytes (a multiple of 2 MiB) of the system's reserved 2 MiB
+ * pages (MAP_HUGETLB), aligned to 2 MiB; NULL when the reserve cannot
+ * hold them. */
+void *hak_os_map_hugetlb(size_t size);
+/* Asks for transparent huge pages over [p, p + size) (MADV_HUGEPAGE);
+ * 0 on success. */
+int hak_os_advise_huge(void *p, size_t size);
+/* Reads up to len - 1 bytes of a (proc or sys) file into buf, NUL
+ * terminated; returns the bytes read, or -1 when it cannot be read. */
+long hak_os_read_file(const char *path, char *buf, size_t len);
+
 /* fork(): the metadata region's lock is held across it. */
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
