@@ -5,6 +5,7 @@
 #include "backend/chunk_map.h"
 #include "os/os.h"
 
+#include <errno.h>
 #include <string.h>
 
 _Static_assert(sizeof(struct hak_large) <= HAK_LARGE_HEADER, "the header fits before the block");
@@ -68,6 +69,35 @@ void hak_large_map_add(void *p, size_t bytes) {
 
 void hak_large_map_remove(void *p, size_t bytes) {
     hak_chunk_map_clear(p, bytes);
+}
+
+/* The old range stops being ours the moment mremap moves the pages, and
+ * another thread may map a SuperSlab there at once: its map entries are
+ * cleared before, never after. (Only the block's owner resizes it, so
+ * nobody looks them up meanwhile but classifiers, which are waited for.)
+ * An offset of a chunk or more is the block's own alignment, which the
+ * new place must keep. */
+struct hak_large *hak_large_remap(struct hak_large *h, size_t span, size_t map, size_t reach) {
+    size_t off = (size_t)((char *)h->user - (char *)h);
+    size_t old = h->span, old_mapped = h->mapped;
+    size_t align = off >= HAK_CHUNK_SIZE ? off : HAK_CHUNK_SIZE;
+    hak_large_map_remove(h, old);
+    hak_large_readers_wait();
+    struct hak_large *n = hak_os_remap_aligned(h, old_mapped, map, align);
+    if (!n) {
+        hak_large_map_add(h, old);
+        errno = ENOMEM;
+        return NULL;
+    }
+    hak_large_map_add(n, span);
+    n->span = span;
+    n->mapped = map;
+    n->user = (char *)n + off;
+    n->usable = reach - off;
+    if (n->dirty < reach) n->dirty = reach;   /* the pages past the old span are new */
+    hak_large_count(live_bytes, map - old_mapped);
+    hak_large_count(remaps, 1);
+    return n;
 }
 
 struct hak_large *hak_large_header(const void *p) {

@@ -119,6 +119,11 @@ void hak_large_publish(struct hak_large *h, size_t span, size_t align, size_t re
 /* Enters / removes `bytes` of span chunks from p on in the chunk map. */
 void hak_large_map_add(void *p, size_t bytes);
 void hak_large_map_remove(void *p, size_t bytes);
+/* Moves or grows h's span (mremap, no copy) to `span` bytes of chunks of
+ * which the first `map` are mapped, for a block of `reach` bytes from the
+ * span's start, at the same offset; returns the new header, or NULL with
+ * errno ENOMEM and h as it was. */
+struct hak_large *hak_large_remap(struct hak_large *h, size_t span, size_t map, size_t reach);
 
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);

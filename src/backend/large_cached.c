@@ -316,30 +316,8 @@ static void *cached_realloc(struct hak_large *h, size_t size) {
     /* grown to whole chunks (in place when the rest of the last one is
      * free, as it mostly is): a block that grows by a little at a time
      * then moves or remaps once a chunk */
-    size_t old = h->span, old_mapped = h->mapped;
-    /* an offset of a chunk or more is the block's own alignment (see
-     * user_offset), which the new span must then keep */
-    size_t align = off >= HAK_CHUNK_SIZE ? off : HAK_CHUNK_SIZE;
-    /* The old range stops being ours the moment mremap moves the pages, and
-     * another thread may map a SuperSlab there at once: its map entries must
-     * be cleared before, never after. (Only this thread can free the block,
-     * so nobody looks them up meanwhile.) */
-    hak_large_map_remove(h, old);
-    hak_large_readers_wait();
-    struct hak_large *n = hak_os_remap_aligned(h, old_mapped, span, align);
-    if (!n) {
-        hak_large_map_add(h, old);
-        errno = ENOMEM;
-        return NULL;
-    }
-    hak_large_map_add(n, span);
-    n->span = n->mapped = span;
-    n->user = (char *)n + off;
-    n->usable = reach - off;
-    if (n->dirty < reach) n->dirty = reach;   /* the pages past the old span are new */
-    hak_large_count(live_bytes, span - old_mapped);
-    hak_large_count(remaps, 1);
-    return n->user;
+    struct hak_large *n = hak_large_remap(h, span, span, reach);
+    return n ? n->user : NULL;
 }
 
 static size_t cached_release(void) {

@@ -63,32 +63,10 @@ static void *direct_realloc(struct hak_large *h, size_t size) {
         if (h->dirty > want) h->dirty = want;
         return h->user;
     }
-    /* Grown to the page, in place when the addresses past it are free,
-     * else moved without a copy. The old range stops being ours the moment
-     * mremap moves the pages, and another thread may map a SuperSlab there
-     * at once: its map entries are cleared before, never after. (Only
-     * this thread can free the block, so nobody looks them up meanwhile.)
-     * An offset of a chunk or more is the block's own alignment, which the
-     * new place must keep. */
-    size_t old = h->span, old_mapped = h->mapped;
-    size_t align = off >= HAK_CHUNK_SIZE ? off : HAK_CHUNK_SIZE;
-    hak_large_map_remove(h, old);
-    hak_large_readers_wait();
-    struct hak_large *n = hak_os_remap_aligned(h, old_mapped, want, align);
-    if (!n) {
-        hak_large_map_add(h, old);
-        errno = ENOMEM;
-        return NULL;
-    }
-    hak_large_map_add(n, span);
-    n->span = span;
-    n->mapped = want;
-    n->user = (char *)n + off;
-    n->usable = reach - off;
-    n->dirty = want;
-    hak_large_count(live_bytes, want - old_mapped);
-    hak_large_count(remaps, 1);
-    return n->user;
+    /* grown to the page, in place when the addresses past it are free,
+     * else moved without a copy */
+    struct hak_large *n = hak_large_remap(h, span, want, reach);
+    return n ? n->user : NULL;
 }
 
 /* Nothing is kept: nothing to give back, purge or count. */
