@@ -1,6 +1,7 @@
 #include "api/init.h"
 #include "api/fork.h"
 #include "base/options.h"
+#include "base/report.h"
 #include "base/tls.h"
 #include "front/front.h"
 #include "pool/pool.h"
@@ -40,6 +41,7 @@ void hak_init_slow(void) {
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_boxes_attach();
     hak_options_init(environ);
+    hak_report_open();
     hak_size_class_init();
     hak_ss_class_checks_init();
     hak_front = hak_opt_box(HAK_OPT_FRONT);
