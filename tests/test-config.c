@@ -474,12 +474,55 @@ test_number_values (void)
       run_child (&c, "smoke", env);
       assert_exit_ok (&c);
       assert_option (&c, "ss_cache", "8", "default");
-      if (count_lines (&c, refused[i]) != 1)
-        g_error ("%s: expected one warning naming it, got:\n%s", refused[i], c.err);
+      if (count_lines (&c, refused[i]) != 1 || count_lines (&c, "decimal digits only") != 1)
+        g_error ("%s: expected one warning naming it and saying decimal digits only, got:\n%s",
+                 refused[i], c.err);
       child_clear (&c);
     }
   const char *padded[] = { "HAKMEM_VERBOSE=1", "HAKMEM_SS_CACHE=0012", NULL };
   assert_value_taken (padded, "ss_cache", "12");
+}
+
+/* A boolean option takes 1, 0, yes, no, true, false, on and off in any
+ * case; anything else, the empty value included, is refused with a
+ * warning that names the variable and lists what it takes, and the
+ * default stays. */
+static void
+test_bool_values (void)
+{
+  static const char *on[] = { "1", "yes", "true", "on", "YES", "True", "oN" };
+  static const char *off[] = { "0", "no", "false", "off", "NO", "False", "OFF" };
+  for (gsize i = 0; i < G_N_ELEMENTS (on); i++)
+    {
+      gchar *kv = g_strdup_printf ("HAKMEM_VERBOSE=%s", on[i]);
+      const char *env[] = { kv, NULL };
+      assert_value_taken (env, "verbose", "1");
+      g_free (kv);
+    }
+  for (gsize i = 0; i < G_N_ELEMENTS (off); i++)
+    {
+      gchar *kv = g_strdup_printf ("HAKMEM_TAG_WINDOW=%s", off[i]);
+      const char *env[] = { "HAKMEM_VERBOSE=1", kv, NULL };
+      assert_value_taken (env, "tag_window", "0");
+      g_free (kv);
+    }
+  static const char *refused[] = { "HAKMEM_TAG_WINDOW=", "HAKMEM_TAG_WINDOW=2",
+                                   "HAKMEM_TAG_WINDOW=maybe", "HAKMEM_TAG_WINDOW= no",
+                                   "HAKMEM_TAG_WINDOW=offf", "HAKMEM_TAG_WINDOW=n" };
+  for (gsize i = 0; i < G_N_ELEMENTS (refused); i++)
+    {
+      const char *env[] = { "HAKMEM_VERBOSE=1", refused[i], NULL };
+      Child c;
+      run_child (&c, "smoke", env);
+      assert_exit_ok (&c);
+      assert_option (&c, "tag_window", "1", "default");
+      gchar *warning = g_strdup_printf ("hakmem: warning: %s is not valid (expected 1, 0, yes, no, "
+                                        "true, false, on or off, in any case); using 1", refused[i]);
+      if (count_lines (&c, warning) != 1)
+        g_error ("%s: expected one line '%s', got:\n%s", refused[i], warning, c.err);
+      g_free (warning);
+      child_clear (&c);
+    }
 }
 
 static void
@@ -708,6 +751,7 @@ main (int argc, char **argv)
   g_test_add_func ("/config/bogus/both", test_two_bogus);
   g_test_add_func ("/config/decay-ms-range", test_decay_ms_range);
   g_test_add_func ("/config/number-values", test_number_values);
+  g_test_add_func ("/config/bool-values", test_bool_values);
   g_test_add_func ("/config/stats", test_stats);
   g_test_add_func ("/config/print-config", test_print_config);
   g_test_add_func ("/config/combinations", test_combinations);

@@ -31,11 +31,16 @@ static char *render(void) {
             size_t v = 0;
             for (int c = 0; o->impls[c].name; c++)
                 v += (size_t)snprintf(values + v, sizeof values - v, "%s`%s`", c ? ", " : "", o->impls[c].name);
+        } else if (o->kind == HAK_OPT_BOOL) {
+            /* HAK_OPT_BOOL_VALUES, each word quoted */
+            snprintf(values, sizeof values, "`1`, `0`, `yes`, `no`, `true`, `false`, `on`, `off` (any case)");
         } else {
-            snprintf(values, sizeof values, o->kind == HAK_OPT_BOOL ? "`0`, `1`" : "number");
+            snprintf(values, sizeof values, o->kind == HAK_OPT_PATH ? "a path" : "decimal digits");
         }
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "| `%s` | %s | `%s` | %s |\n",
-                              o->env, values, o->default_value, o->meaning);
+        char def[64];
+        snprintf(def, sizeof def, *o->default_value ? "`%s`" : "none", o->default_value);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "| `%s` | %s | %s | %s |\n",
+                              o->env, values, def, o->meaning);
     }
     return buf;
 }

@@ -207,8 +207,7 @@ static size_t foreign_usable_size(void *p) {
 
 /* ---- the API ------------------------------------------------------------ */
 
-/* Usable size of a block hakmem just handed out; memcheck is told about the
- * whole usable size, since malloc_usable_size() says the program may use it. */
+/* Usable size of a block hakmem just handed out. */
 __attribute__((unused)) static size_t block_usable(void *p) {
     struct hak_ptr_info info;
     switch (hak_classify_in_chunk(p, hak_chunk_entry(p), 0, &info)) {
@@ -218,9 +217,38 @@ __attribute__((unused)) static size_t block_usable(void *p) {
     }
 }
 
+#if HAVE_VALGRIND
+/* memcheck is told the block is as long as the program asked, and the rest
+ * of its class (or span) is no-access, so its reports name the program's
+ * sizes and an overflow into that slack is seen; malloc_usable_size then
+ * says the request too, as glibc's does under memcheck, so the program
+ * does not write there legitimately (base/track_sizes.c keeps it). */
+static void track_block(void *p, size_t size, int zeroed) {
+    if (!p) return;
+    size_t usable = block_usable(p);
+    if (size > usable) size = usable;
+    VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zeroed);
+    if (usable > size) VALGRIND_MAKE_MEM_NOACCESS((char *)p + size, usable - size);
+    hak_track_size_set(p, size);
+}
+/* A realloc that keeps a small block where it is, at its new size. */
+static void track_resize(void *p, size_t size) {
+    size_t old = hak_track_size_get(p);
+    if (old == SIZE_MAX) return;
+    VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
+    hak_track_size_set(p, size);
+}
+#define hak_track_block(p, size, zeroed) track_block((p), (size), (zeroed))
+#define hak_track_resize_small(p, size)  track_resize((p), (size))
+#else
+/* arguments are not evaluated */
+#define hak_track_block(p, size, zeroed) do { } while (0)
+#define hak_track_resize_small(p, size)  do { } while (0)
+#endif
+
 HAK_EXPORT void *hak_malloc(size_t size) {
     void *p = hak_alloc_inline(size);
-    hak_track_alloc(p, block_usable(p), 0);
+    hak_track_block(p, size, 0);
     return p;
 }
 
@@ -236,13 +264,13 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
         size_t stale;
         hak_init();
         void *p = large_alloc(total, 0, &stale);
-        hak_track_alloc(p, block_usable(p), 1);
+        hak_track_block(p, total, 1);
         /* fresh pages, and those the cache purged, are zero already */
         if (p && stale) memset(p, 0, stale < total ? stale : total);
         return p;
     }
     void *p = hak_alloc_inline(total);
-    hak_track_alloc(p, block_usable(p), 0);
+    hak_track_block(p, total, 0);
     if (HAK_LIKELY(p != NULL)) memset(p, 0, total);
     return p;
 }
@@ -263,7 +291,7 @@ static void *alloc_aligned_untracked(size_t align, size_t size) {
 
 static void *alloc_aligned(size_t align, size_t size) {
     void *p = alloc_aligned_untracked(align, size);
-    hak_track_alloc(p, block_usable(p), 0);
+    hak_track_block(p, size, 0);
     return p;
 }
 
@@ -315,8 +343,8 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     if (!p) return 0;
     struct hak_ptr_info info;
     switch (checked_classify("malloc_usable_size", p, &info)) {
-    case HAK_PTR_SMALL:   return hak_class_size[info.cls];
-    case HAK_PTR_LARGE:   return info.large->usable;
+    case HAK_PTR_SMALL:   return hak_track_usable(p, hak_class_size[info.cls]);
+    case HAK_PTR_LARGE:   return hak_track_usable(p, info.large->usable);
     case HAK_PTR_FOREIGN: return foreign_usable_size(p);
     case HAK_PTR_INVALID: return 0;
     }
@@ -327,7 +355,8 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
 static void *copy_to_new(void *p, size_t keep, size_t size) {
     void *q = hak_alloc_inline(size);
     if (!q) return NULL;
-    hak_track_alloc(q, block_usable(q), 0);
+    hak_track_block(q, size, 0);
+    keep = hak_track_usable(p, keep);
     memcpy(q, p, keep < size ? keep : size);
     return q;
 }
@@ -381,7 +410,10 @@ static void *realloc_small(void *p, unsigned cls, size_t size) {
     size_t old = hak_class_size[cls];
     /* keep it in place unless it would waste three quarters */
     if (size <= old) {
-        if (size >= old / 4 || old <= 64) return p;
+        if (size >= old / 4 || old <= 64) {
+            hak_track_resize_small(p, size);
+            return p;
+        }
         return move_small(p, old, size);
     }
     if (size > HAK_SMALL_MAX) return move_small(p, old, size);   /* large: grows by mremap later */
@@ -406,13 +438,14 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
         if (size > HAK_SMALL_MAX) {
             /* mremap may move it: to memcheck, the old block ends here and
              * the result (or, on failure, the old block again) begins */
+            __attribute__((unused)) size_t was = hak_track_usable(p, h->usable);
             hak_track_free(p);
             int saved = errno;
             void *q = hak_large_realloc(h, size);
             /* refused by the OS: once more after what is cached went back */
             if (!q && worth_retrying(size) && (q = hak_large_realloc(h, size)))
                 errno = saved;
-            hak_track_alloc(q ? q : p, block_usable(q ? q : p), 1);   /* moved bytes and new zero pages are defined */
+            hak_track_block(q ? q : p, q ? size : was, 1);   /* moved bytes and new zero pages are defined */
             return q;
         }
         return move_block(p, h->usable, size);

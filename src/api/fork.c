@@ -1,5 +1,6 @@
 #include "api/fork.h"
 #include "base/options.h"
+#include "base/track.h"
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "os/os.h"
@@ -22,8 +23,10 @@ static void fork_prepare(void) {
     hak_ss_fork_prepare();
     hak_large_fork_prepare();
     hak_os_fork_prepare();
+    hak_track_fork_prepare();
 }
 static void fork_parent(void) {
+    hak_track_fork_release();
     hak_os_fork_parent();
     hak_large_fork_parent();
     hak_ss_fork_parent();
@@ -31,6 +34,7 @@ static void fork_parent(void) {
     hak_spin_unlock(&fork_lock);
 }
 static void fork_child(void) {
+    hak_track_fork_release();
     hak_os_fork_child();
     hak_large_fork_child();
     hak_ss_fork_child();

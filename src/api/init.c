@@ -1,7 +1,9 @@
 #include "api/init.h"
 #include "api/fork.h"
 #include "base/options.h"
+#include "base/report.h"
 #include "base/tls.h"
+#include "base/track.h"
 #include "front/front.h"
 #include "pool/pool.h"
 #include "safety/safety.h"
@@ -31,6 +33,22 @@ static int thread_key_made;   /* 0: pthread_key_create failed, thread_key is nob
 
 static void thread_exit(void *arg);
 
+/* A build without memcheck annotations under valgrind: memcheck sees none
+ * of hakmem's blocks (its own malloc is not the one called), so it reports
+ * nothing, and the user should know why. valgrind's preloads name it. */
+static void hint_if_valgrind(char **envp) {
+#if !HAVE_VALGRIND
+    for (char **e = envp; e && *e; e++)
+        if (!strncmp(*e, "LD_PRELOAD=", 11) && strstr(*e, "vgpreload")) {
+            hak_log("hakmem: running under valgrind, but built without -Dvalgrind=enabled: memcheck sees "
+                    "none of hakmem's blocks and reports no leak, overflow or use after free in them\n");
+            return;
+        }
+#else
+    (void)envp;
+#endif
+}
+
 void hak_init_slow(void) {
     hak_spin_lock(&init_lock);
     if (atomic_load_explicit(&hak_init_state, memory_order_relaxed) == 2) {
@@ -40,6 +58,8 @@ void hak_init_slow(void) {
     /* Nothing in here may call malloc: the lock is not recursive. */
     hak_boxes_attach();
     hak_options_init(environ);
+    hak_report_open();
+    hak_track_sizes_init();
     hak_size_class_init();
     hak_ss_class_checks_init();
     hak_front = hak_opt_box(HAK_OPT_FRONT);
@@ -65,6 +85,7 @@ void hak_init_slow(void) {
     /* May allocate, which is fine now. */
     hak_fork_at_init();
     if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
+    hint_if_valgrind(environ);
 }
 
 struct hak_heap *hak_thread_heap(void) {

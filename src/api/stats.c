@@ -6,11 +6,13 @@
 #include "api/fork.h"
 #include "api/init.h"
 #include "base/options.h"
+#include "base/report.h"
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "backend/superslab.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <string.h>
 
 _Static_assert(HAK_NCLASS <= HAK_STATS_MAX_CLASSES, "struct hak_stats needs room for every class");
@@ -126,45 +128,53 @@ HAK_EXPORT int hak_stats_get(struct hak_stats *out, size_t size) {
     return (int)size;
 }
 
-HAK_EXPORT void hak_print_stats(void) {
+/* One line of the report to fd (stderr when fd < 0). */
+__attribute__((format(printf, 2, 3))) static void say(int fd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hak_vlog_fd(fd, fmt, ap);
+    va_end(ap);
+}
+
+static void print_stats(int fd) {
     struct hak_stats st;
     hak_stats_get(&st, sizeof st);
     const struct hak_stats *s = &st;
     unsigned long long ss_kib = s->ss_live * (s->superslab_bytes >> 10);
-    hak_log("hakmem: stats: heaps %u; small blocks out %zu KiB (in use or in thread caches); "
+    say(fd, "hakmem: stats: heaps %u; small blocks out %zu KiB (in use or in thread caches); "
             "mapped %llu KiB (SuperSlabs %llu, large spans %llu)\n",
             (unsigned)s->heaps, (size_t)(s->bytes_out >> 10), ss_kib + (s->large_live_bytes >> 10), ss_kib,
             (unsigned long long)(s->large_live_bytes >> 10));
-    hak_log("hakmem: caches: misses (refills) %llu bringing %llu blocks, flushes %llu (blocks %llu); "
+    say(fd, "hakmem: caches: misses (refills) %llu bringing %llu blocks, flushes %llu (blocks %llu); "
             "hits are not counted (that would cost on the hit path)\n",
             (unsigned long long)s->refills, (unsigned long long)s->refilled_blocks,
             (unsigned long long)s->flushes, (unsigned long long)s->flushed_blocks);
-    hak_log("hakmem: refills from a larger class's runs (instead of a new run): %llu blocks; "
+    say(fd, "hakmem: refills from a larger class's runs (instead of a new run): %llu blocks; "
             "from other heaps' runs: %llu blocks; "
             "misses served from the thread's bin of a larger class: %llu\n",
             (unsigned long long)s->borrowed_blocks, (unsigned long long)s->borrowed_remote,
             (unsigned long long)s->standin_blocks);
-    hak_log("hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
+    say(fd, "hakmem: remote: frees %llu in %llu pushes; inbox drains %llu (blocks %llu)\n",
             (unsigned long long)s->remote_blocks, (unsigned long long)s->remote_pushes,
             (unsigned long long)s->inbox_drains, (unsigned long long)s->inbox_blocks);
-    hak_log("hakmem: superslab: runs made %llu freed %llu; superslabs acquired %llu released %llu; "
+    say(fd, "hakmem: superslab: runs made %llu freed %llu; superslabs acquired %llu released %llu; "
             "pool: mapped %llu reused %llu purged %llu unmapped %llu cached %llu live %llu (%llu MiB)\n",
             (unsigned long long)s->runs_made, (unsigned long long)s->runs_freed,
             (unsigned long long)s->ss_acquired, (unsigned long long)s->ss_released,
             (unsigned long long)s->ss_mapped, (unsigned long long)s->ss_reused,
             (unsigned long long)s->ss_purged, (unsigned long long)s->ss_unmapped,
             (unsigned long long)s->ss_cached, (unsigned long long)s->ss_live, ss_kib >> 10);
-    hak_log("hakmem: decay: ticks %llu, pages given back %llu times (%llu of them whole ready SuperSlabs); "
+    say(fd, "hakmem: decay: ticks %llu, pages given back %llu times (%llu of them whole ready SuperSlabs); "
             "purge calls for free slabs over the bound %llu; "
             "idle bins emptied %llu (blocks %llu)\n",
             (unsigned long long)s->decay_ticks, (unsigned long long)s->decay_purges,
             (unsigned long long)s->ss_decayed, (unsigned long long)s->dirty_purges,
             (unsigned long long)s->idle_bins, (unsigned long long)s->idle_bin_blocks);
-    hak_log("hakmem: hollow runs (free pages inside runs in use given back): passes %llu, "
+    say(fd, "hakmem: hollow runs (free pages inside runs in use given back): passes %llu, "
             "purge calls %llu, blocks made hollow %llu\n",
             (unsigned long long)s->hollowed_runs, (unsigned long long)s->hollow_calls,
             (unsigned long long)s->hollowed_blocks);
-    hak_log("hakmem: large: mapped %llu unmapped %llu cache hits %llu (cut from a larger span %llu, "
+    say(fd, "hakmem: large: mapped %llu unmapped %llu cache hits %llu (cut from a larger span %llu, "
             "a smaller one grown %llu) remaps %llu; purge calls %llu; live %llu KiB, cached %llu KiB\n",
             (unsigned long long)s->large_mapped, (unsigned long long)s->large_unmapped,
             (unsigned long long)s->large_cache_hits, (unsigned long long)s->large_splits,
@@ -176,16 +186,20 @@ HAK_EXPORT void hak_print_stats(void) {
         [HAK_FORK_REGISTERED] = "registered",
         [HAK_FORK_FAILED] = "registration failed",
     };
-    hak_log("hakmem: fork handlers: %s\n", fork_states[hak_fork_handlers_state()]);
+    say(fd, "hakmem: fork handlers: %s\n", fork_states[hak_fork_handlers_state()]);
     for (unsigned c = HAK_CLASS_FIRST; c < s->nclasses; c++) {
         const struct hak_stats_class *k = &s->classes[c];
         if (k->refills)
-            hak_log("hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,
+            say(fd, "hakmem: class %2u (%6u B): refills %llu, carved %llu blocks (%llu KiB)\n", c,
                     (unsigned)k->size, (unsigned long long)k->refills, (unsigned long long)k->carved_blocks,
                     (unsigned long long)(k->carved_blocks * k->size >> 10));
     }
 }
 
+HAK_EXPORT void hak_print_stats(void) { print_stats(-1); }
+
+/* To hakmem's own descriptor (base/report.h): by the time a library's
+ * destructors run, the program may have closed its stderr. */
 __attribute__((destructor)) static void print_stats_at_exit(void) {
-    if (atomic_load(&hak_init_state) == 2 && hak_opt(HAK_OPT_STATS)) hak_print_stats();
+    if (atomic_load(&hak_init_state) == 2 && hak_report_wanted()) print_stats(hak_report_fd());
 }

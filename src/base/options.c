@@ -25,7 +25,9 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_VERBOSE] = { "verbose", "HAKMEM_VERBOSE", HAK_OPT_BOOL, { 0 }, "0",
         "print the resolved configuration to stderr at start-up", 0, 0 },
     [HAK_OPT_STATS] = { "stats", "HAKMEM_STATS", HAK_OPT_BOOL, { 0 }, "0",
-        "print allocator counters to stderr at exit", 0, 0 },
+        "print allocator counters at exit, to stderr as it was at start-up (a copy of it is kept, so a program that closes its stderr before exit still has the report printed) or to HAKMEM_STATS_FILE", 0, 0 },
+    [HAK_OPT_STATS_FILE] = { "stats_file", "HAKMEM_STATS_FILE", HAK_OPT_PATH, { 0 }, "",
+        "the file the HAKMEM_STATS report is appended to (created if need be), instead of stderr; setting it turns the report on; %p in it stands for the process id (a forked child writes its own report at its exit, to its own file when %p is used)", 0, 0 },
     [HAK_OPT_SS_CACHE] = { "ss_cache", "HAKMEM_SS_CACHE", HAK_OPT_NUMBER, { 0 }, "8",
         "empty SuperSlabs (2 MiB each) kept ready; beyond that their memory is returned with madvise", 0, 0 },
     [HAK_OPT_LARGE_CACHE_MB] = { "large_cache_mb", "HAKMEM_LARGE_CACHE_MB", HAK_OPT_NUMBER, { 0 }, "64",
@@ -38,15 +40,30 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         "1 = the free hit path finds a block's size class in a table over 64 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
 };
 
-void hak_log(const char *fmt, ...) {
+void hak_vlog_fd(int fd, const char *fmt, va_list ap) {
     char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    hak_os_write_stderr(buf, (size_t)n);
+    if (fd < 0) hak_os_write_stderr(buf, (size_t)n);
+    else hak_os_write_fd(fd, buf, (size_t)n);
+}
+
+void hak_log(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hak_vlog_fd(-1, fmt, ap);
+    va_end(ap);
+}
+
+/* ASCII only, by hand: strcasecmp reads the locale's tables (see the
+ * number case below for why that matters). */
+static int same_word(const char *text, const char *word) {
+    for (; *text && *word; text++, word++) {
+        char c = *text >= 'A' && *text <= 'Z' ? (char)(*text - 'A' + 'a') : *text;
+        if (c != *word) return 0;
+    }
+    return !*text && !*word;
 }
 
 /* Returns 1 and stores the parsed value when text is valid for opt; for a
@@ -65,9 +82,17 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
             if (strcmp(text, opt->choices[i]) == 0) { *out = i; return 1; }
         return 0;
     case HAK_OPT_BOOL:
-        if (!strcmp(text, "1") || !strcmp(text, "yes") || !strcmp(text, "true") || !strcmp(text, "on")) { *out = 1; return 1; }
-        if (!strcmp(text, "0") || !strcmp(text, "no") || !strcmp(text, "false") || !strcmp(text, "off") || !*text) { *out = 0; return 1; }
+        /* the spellings shells and other programs' switches use; an empty
+         * value is refused like any other, since it says neither */
+        for (int i = 0; i < 4; i++) {
+            static const char *const yes[] = { "1", "yes", "true", "on" }, *const no[] = { "0", "no", "false", "off" };
+            if (same_word(text, yes[i])) { *out = 1; return 1; }
+            if (same_word(text, no[i])) { *out = 0; return 1; }
+        }
         return 0;
+    case HAK_OPT_PATH:   /* must fit where it is kept (keep_text) */
+        *out = *text != 0;
+        return strlen(text) < HAK_OPT_PATH_MAX;
     case HAK_OPT_NUMBER: {
         /* decimal digits only, by hand: strtol reads the locale's
          * character tables, and that alone made every program that loads
@@ -86,12 +111,21 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
     return 0;
 }
 
+/* The text of a path option, copied: the program may change its
+ * environment's strings once it runs. */
+static const char *keep_text(enum hak_option_id id, const char *text) {
+    static char store[HAK_OPT_COUNT][HAK_OPT_PATH_MAX];   /* bss: only a set one is touched */
+    memcpy(store[id], text, strlen(text) + 1);
+    return store[id];
+}
+
 static void describe_choices(const struct hak_option *opt, char *buf, size_t len) {
     buf[0] = 0;
-    if (opt->kind == HAK_OPT_BOOL) { snprintf(buf, len, "0 or 1"); return; }
+    if (opt->kind == HAK_OPT_BOOL) { snprintf(buf, len, "%s", HAK_OPT_BOOL_VALUES); return; }
+    if (opt->kind == HAK_OPT_PATH) { snprintf(buf, len, "a path shorter than %d bytes", HAK_OPT_PATH_MAX); return; }
     if (opt->kind == HAK_OPT_NUMBER) {
-        if (opt->max) snprintf(buf, len, "a number from 0 to %ld", opt->max);
-        else snprintf(buf, len, "a number >= 0");
+        if (opt->max) snprintf(buf, len, "decimal digits only, a number from 0 to %ld", opt->max);
+        else snprintf(buf, len, "decimal digits only, a number >= 0");
         return;
     }
     size_t used = 0;
@@ -117,6 +151,7 @@ void hak_options_init(char **envp) {
         }
         opt->value = v;
         opt->source = "default";
+        opt->text = opt->kind == HAK_OPT_PATH ? opt->default_value : NULL;
     }
     if (!envp) return;
     for (char **e = envp; *e; e++) {
@@ -137,6 +172,7 @@ void hak_options_init(char **envp) {
         if (parsed == 1) {
             opt->value = v;
             opt->source = "env";
+            if (opt->kind == HAK_OPT_PATH) opt->text = keep_text((enum hak_option_id)(opt - hak_options), eq + 1);
         } else if (parsed < 0) {
             hak_log("hakmem: %s=%s: not in this build (built with -D%s=off); using %s\n",
                     opt->env, eq + 1, opt->impls[v].option, opt->impls[opt->value].name);
@@ -154,7 +190,10 @@ void hak_options_print(void) {
     hak_log("hakmem: version %s\n", HAKMEM_VERSION);
     for (int i = 0; i < HAK_OPT_COUNT; i++) {
         const struct hak_option *o = &hak_options[i];
-        if (o->kind == HAK_OPT_CHOICE || o->kind == HAK_OPT_BOX)
+        if (o->kind == HAK_OPT_PATH)
+            hak_log("hakmem: %s = %s (%s%s%s)\n", o->name, *o->text ? o->text : "none", o->source,
+                    o->source[0] == 'e' ? " " : "", o->source[0] == 'e' ? o->env : "");
+        else if (o->kind == HAK_OPT_CHOICE || o->kind == HAK_OPT_BOX)
             hak_log("hakmem: %s = %s (%s%s%s)\n", o->name, hak_opt_choice((enum hak_option_id)i), o->source,
                     o->source[0] == 'e' ? " " : "", o->source[0] == 'e' ? o->env : "");
         else

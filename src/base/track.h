@@ -17,7 +17,8 @@
  * takes the block faults at once, where a plain link would have cut the
  * list short or handed out whatever the program wrote.
  * With valgrind support, hakmem tells memcheck which ranges are live blocks
- * (MALLOCLIKE/FREELIKE/RESIZEINPLACE) and keeps free blocks no-access, so
+ * (MALLOCLIKE/FREELIKE/RESIZEINPLACE, at the size the program asked for,
+ * the rest of the block no-access: api/api.c) and keeps free blocks no-access, so
  * memcheck reports leaks, use after free and overflows in the program; the
  * allocator opens a link word only for the instant it reads or writes it.
  * Without valgrind support every macro here is nothing and a link access is
@@ -51,9 +52,25 @@ HAK_INLINE hak_tag_half *hak_tag_of(const void *blk) {
 #if HAVE_VALGRIND
 #include <valgrind/memcheck.h>
 
-#define hak_track_alloc(p, size, zeroed) \
-    do { if (p) VALGRIND_MALLOCLIKE_BLOCK((p), (size), 0, (zeroed)); } while (0)
-#define hak_track_free(p)                VALGRIND_FREELIKE_BLOCK((p), 0)
+/* The size the program asked for of each live block, kept while memcheck
+ * runs (base/track_sizes.c): memcheck is told the block is that long and
+ * the rest of its class no-access. hak_track_sizes_on is set at init, when
+ * running under valgrind; off it, these keep nothing and find nothing. */
+extern int hak_track_sizes_on;
+void hak_track_sizes_init(void);
+void hak_track_size_set(const void *p, size_t size);
+size_t hak_track_size_get(const void *p);   /* SIZE_MAX: not known */
+void hak_track_size_drop(const void *p);
+void hak_track_fork_prepare(void);
+void hak_track_fork_release(void);
+
+/* What the program may use of block p: its request when known, else usable. */
+HAK_INLINE size_t hak_track_usable(const void *p, size_t usable) {
+    size_t asked = hak_track_size_get(p);
+    return asked < usable ? asked : usable;
+}
+#define hak_track_free(p) \
+    do { hak_track_size_drop(p); VALGRIND_FREELIKE_BLOCK((p), 0); } while (0)
 #define hak_track_resize(p, old, new)    VALGRIND_RESIZEINPLACE_BLOCK((p), (old), (new), 0)
 #define hak_track_noaccess(p, n)         VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 /* hakmem's own metadata written where a freed block was */
@@ -69,6 +86,8 @@ HAK_INLINE void hak_mark_clear(void *blk) {
  * is the allocator's business, not an uninitialised read by the program.
  * A block already freed stays no-access, so memcheck still sees that. */
 HAK_INLINE int hak_mark_is_set(const void *blk) {
+    /* a live block's mark may lie past its request, in no-access slack */
+    if (hak_track_sizes_on && hak_track_size_get(blk) != SIZE_MAX) return 0;
     VALGRIND_MAKE_MEM_DEFINED_IF_ADDRESSABLE(hak_tag_of(blk), sizeof(hak_tag_half));
     return *hak_tag_of(blk) == HAK_FREE_TAG;
 }
@@ -98,11 +117,14 @@ HAK_INLINE void hak_link_set(void *blk, void *next) {
 }
 #else
 /* arguments are not evaluated: they may be calls that exist for memcheck only */
-#define hak_track_alloc(p, size, zeroed) do { } while (0)
+#define hak_track_sizes_init()           do { } while (0)
 #define hak_track_free(p)                do { } while (0)
+#define hak_track_usable(p, usable)      (usable)
 #define hak_track_resize(p, old, new)    do { } while (0)
 #define hak_track_noaccess(p, n)         do { } while (0)
 #define hak_track_reuse(p, n)            do { } while (0)
+#define hak_track_fork_prepare()         do { } while (0)
+#define hak_track_fork_release()         do { } while (0)
 
 HAK_INLINE void hak_mark_clear(void *blk) { *(hak_link_word *)blk = 0; }
 HAK_INLINE int hak_mark_is_set(const void *blk) { return *hak_tag_of(blk) == HAK_FREE_TAG; }

@@ -183,6 +183,37 @@ void hak_os_write_stderr(const char *buf, size_t n) {
     errno = saved;
 }
 
+void hak_os_write_fd(int fd, const char *buf, size_t n) {
+    int saved = errno;
+    while (n) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        buf += w;
+        n -= (size_t)w;
+    }
+    errno = saved;
+}
+
+int hak_os_report_fd(const char *path) {
+    int saved = errno;
+    int src = path ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : STDERR_FILENO;
+    int fd = src < 0 ? -1 : fcntl(src, F_DUPFD_CLOEXEC, HAK_OS_OWN_FD);
+    if (path && src >= 0) close(src);
+    errno = saved;
+    return fd;
+}
+
+void hak_os_close(int fd) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+}
+
+int hak_os_getpid(void) {
+    return (int)getpid();
+}
+
 int hak_os_read_checked(const void *addr, void *out, size_t n) {
     struct iovec local = { out, n }, remote = { (void *)addr, n };
     int saved = errno;

@@ -36,6 +36,16 @@ int hak_os_pages_match(void);
 void hak_os_yield(void);
 /* Writes n bytes of a message to stderr, unbuffered (no malloc). */
 void hak_os_write_stderr(const char *buf, size_t n);
+/* Writes n bytes to descriptor fd, unbuffered, retrying short writes. */
+void hak_os_write_fd(int fd, const char *buf, size_t n);
+/* A descriptor of hakmem's own for its reports, numbered HAK_OS_OWN_FD or
+ * above (programs expect the low numbers they close and open themselves)
+ * and closed on exec: a duplicate of stderr (path NULL) or path opened for
+ * appending (created 0644). -1 when it cannot be had. */
+#define HAK_OS_OWN_FD 100
+int hak_os_report_fd(const char *path);
+void hak_os_close(int fd);
+int hak_os_getpid(void);
 /* Copies n bytes from addr of this process into out, or returns 0 when any
  * of them is unmapped or unreadable (the kernel copies: no fault). */
 int hak_os_read_checked(const void *addr, void *out, size_t n);
