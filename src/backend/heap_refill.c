@@ -139,9 +139,26 @@ static inline unsigned carve_cap(const struct hak_heap *h, const struct hak_slab
     return n ? n : 1;
 }
 
+/* Blocks from block k of run s on that start in the page of block k - 1
+ * (k > 0): what a carve that stops at k must carve as well, so that the
+ * page it ends in has every block starting there carved and gets its tag
+ * in the tag window (backend/chunk_map.h, hak_slab_tagged_pages). At most
+ * a page's worth less one block. */
+static unsigned page_rest(const struct hak_slab *s, uint32_t k) {
+    if (k >= s->capacity || (s->per_slab && k % s->per_slab == 0)) return 0;   /* next slab: a new page */
+    uintptr_t end = ((uintptr_t)hak_slab_block(s, k - 1) | (HAK_PAGE_SIZE - 1)) + 1;
+    uintptr_t next = (uintptr_t)hak_slab_block(s, k);
+    if (next >= end) return 0;
+    uint32_t n = (uint32_t)((end - next + s->block_size - 1) / s->block_size);
+    uint32_t left = s->per_slab ? s->per_slab - k % s->per_slab : s->capacity - k;
+    return n < left ? n : left;
+}
+
 /* Carves up to want blocks from run s's untouched part onto the bin, in
- * ascending address order. Each block's address is the last one's plus
- * the block size, or the next slab's start once a slab is full (runs and
+ * ascending address order, and the rest of the blocks starting in the
+ * last page reached onto the run's free list (page_rest); then tags the
+ * pages carved whole. Each block's address is the last one's plus the
+ * block size, or the next slab's start once a slab is full (runs and
  * slabs start on 64 KiB boundaries): one division a carve, not one a block
  * (a growing class of 64-byte blocks spent 11 instructions a block and a
  * divide's latency in hak_slab_block). */
@@ -149,29 +166,42 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned room = s->capacity - s->carved;
     unsigned got = want < room ? want : room;
     if (!got) return 0;
+    unsigned rest = page_rest(s, s->carved + got), all = got + rest;
+    unsigned tagged = hak_slab_tagged_pages(s);
     uint32_t bs = s->block_size;
     char *b = hak_slab_block(s, s->carved);
     /* blocks from b to the end of its slab (runs of one slab-spanning
      * class have no slab ends inside) */
-    unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : got;
-    s->carved += got;
-    char *first = b;
-    for (unsigned left = got;;) {
+    unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : all;
+    char *first = b, *bin_last = NULL;
+    for (unsigned left = all, k = 1;;) {
         unsigned stretch = left < in_slab ? left : in_slab;
-        for (unsigned k = 1; k < stretch; k++, b += bs) {
+        for (unsigned j = 1; j < stretch; j++, k++, b += bs) {
             hak_track_noaccess(b, bs);
+            if (k == got) bin_last = b;
             hak_link_set(b, b + bs);
         }
         hak_track_noaccess(b, bs);
         left -= stretch;
         if (!left) break;
         char *next = (char *)(((uintptr_t)b & ~(uintptr_t)(HAK_SLAB_SIZE - 1)) + HAK_SLAB_SIZE);
+        if (k == got) bin_last = b;
         hak_link_set(b, next);
         b = next;
+        k++;
         in_slab = s->per_slab;
+    }
+    if (rest) {
+        /* b is the last block: the rest goes to the run's free list */
+        hak_link_set(b, s->free);
+        s->free = hak_link_get(bin_last);
+        s->nfree += rest;
+        b = bin_last;
     }
     hak_link_set(b, bin->head);
     bin->head = first;
+    __atomic_store_n(&s->carved, s->carved + all, __ATOMIC_RELAXED);
+    hak_slab_window_tag(s, tagged, hak_slab_tagged_pages(s));
     return got;
 }
 
