@@ -148,7 +148,6 @@ test_sized_wrong (void)
       unsigned char *p = T (malloc) (8 * HT_KiB);
       g_assert_nonnull (p);
       ht_fill (p, 8 * HT_KiB, 3);
-      T (free_sized) (p, 100);
       T (free_sized) (p, 9 * HT_KiB);
       T (free_aligned_sized) (p, 16, 16 * HT_KiB);
       ht_assert_pattern (p, 8 * HT_KiB, 3);
@@ -158,8 +157,7 @@ test_sized_wrong (void)
       return;
     }
   g_test_trap_assert_passed ();
-  g_test_trap_assert_stderr ("*free_sized(*): size 100 does not match the block (usable *"
-                             "free_sized(*): size 9216 does not match*"
+  g_test_trap_assert_stderr ("*free_sized(*): size 9216 does not match the block (usable *"
                              "free_aligned_sized(*): size 16384 does not match*");
 }
 

@@ -451,17 +451,16 @@ HAK_EXPORT void *hak_reallocarray(void *p, size_t n, size_t size) {
 
 /* free_sized and free_aligned_sized: a size (or alignment) the block
  * could not have been asked with is undefined behaviour, reported like
- * any bad free (the call then has no effect). A size fits a block when
- * it is at most its usable size and, for a small block freed by
- * free_sized, at least a quarter of it once it is above 64 bytes: malloc
- * hands out a class at most twice the size asked (a larger class's block
- * standing in, backend/heap_refill.c), and realloc keeps a block in place
- * down to a quarter of its size (realloc_small). Aligned blocks may be
- * far larger than their size: only the upper bound holds for them. The
- * alignment must be a power of two the block's address has. Plain free's
- * path is untouched: these checks run on the sized entry points only. */
+ * any bad free (the call then has no effect). A size fits a block when it
+ * is at most its usable size: a lower bound would need the size asked,
+ * which no block keeps (a block stands in for requests of up to half its
+ * size, realloc keeps it in place down to a quarter, and aligned requests,
+ * which programs free with free_sized too, may take far larger blocks).
+ * The alignment must be a power of two the block's address has. Plain
+ * free's path is untouched: these checks run on the sized entry points
+ * only. */
 static int small_size_fits(size_t size, size_t usable) {
-    return size <= usable && (size >= usable / 4 || usable <= 64);
+    return size <= usable;
 }
 
 static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, size_t align, size_t size) {
@@ -481,7 +480,7 @@ static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, s
         hak_report_bad(op, p, reason);
         return;
     }
-    if (k == HAK_PTR_SMALL && !aligned ? !small_size_fits(size, usable) : size > usable) {
+    if (size > usable) {
         snprintf(reason, sizeof reason, "size %zu does not match the block (usable %zu)", size, usable);
         hak_report_bad(op, p, reason);
         return;

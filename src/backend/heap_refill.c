@@ -155,52 +155,54 @@ static unsigned page_rest(const struct hak_slab *s, uint32_t k) {
 }
 
 /* Carves up to want blocks from run s's untouched part onto the bin, in
- * ascending address order, and the rest of the blocks starting in the
- * last page reached onto the run's free list (page_rest); then tags the
- * pages carved whole. Each block's address is the last one's plus the
- * block size, or the next slab's start once a slab is full (runs and
- * slabs start on 64 KiB boundaries): one division a carve, not one a block
- * (a growing class of 64-byte blocks spent 11 instructions a block and a
- * divide's latency in hak_slab_block). */
+ * ascending address order, then tags the pages carved whole. A thread's
+ * bin also takes the rest of the blocks starting in the last page reached
+ * (page_rest), growing past its size if it has to (by less than a page's
+ * worth of blocks; its next frees flush), so that the page gets its tag
+ * and the frees of its blocks take the hit path. hak_heap_take_one's bin
+ * (max 0) takes one block: its page stays untagged until a later carve
+ * finishes it, and frees of its carved blocks are checked on the slow
+ * path meanwhile (the blocks on the run's free list instead would be lent
+ * to smaller classes, refill_from_larger). Each block's address is the
+ * last one's plus the block size, or the next slab's start once a slab is
+ * full (runs and slabs start on 64 KiB boundaries): one division a carve,
+ * not one a block (a growing class of 64-byte blocks spent 11
+ * instructions a block and a divide's latency in hak_slab_block). */
 static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned room = s->capacity - s->carved;
     unsigned got = want < room ? want : room;
     if (!got) return 0;
-    unsigned rest = page_rest(s, s->carved + got), all = got + rest;
+    if (bin->max) {
+        got += page_rest(s, s->carved + got);
+        if (got > bin->room) {
+            bin->max += got - bin->room;
+            bin->room = got;
+        }
+    }
     unsigned tagged = hak_slab_tagged_pages(s);
     uint32_t bs = s->block_size;
     char *b = hak_slab_block(s, s->carved);
     /* blocks from b to the end of its slab (runs of one slab-spanning
      * class have no slab ends inside) */
-    unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : all;
-    char *first = b, *bin_last = NULL;
-    for (unsigned left = all, k = 1;;) {
+    unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : got;
+    char *first = b;
+    for (unsigned left = got;;) {
         unsigned stretch = left < in_slab ? left : in_slab;
-        for (unsigned j = 1; j < stretch; j++, k++, b += bs) {
+        for (unsigned k = 1; k < stretch; k++, b += bs) {
             hak_track_noaccess(b, bs);
-            if (k == got) bin_last = b;
             hak_link_set(b, b + bs);
         }
         hak_track_noaccess(b, bs);
         left -= stretch;
         if (!left) break;
         char *next = (char *)(((uintptr_t)b & ~(uintptr_t)(HAK_SLAB_SIZE - 1)) + HAK_SLAB_SIZE);
-        if (k == got) bin_last = b;
         hak_link_set(b, next);
         b = next;
-        k++;
         in_slab = s->per_slab;
-    }
-    if (rest) {
-        /* b is the last block: the rest goes to the run's free list */
-        hak_link_set(b, s->free);
-        s->free = hak_link_get(bin_last);
-        s->nfree += rest;
-        b = bin_last;
     }
     hak_link_set(b, bin->head);
     bin->head = first;
-    __atomic_store_n(&s->carved, s->carved + all, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->carved, s->carved + got, __ATOMIC_RELAXED);
     hak_slab_window_tag(s, tagged, hak_slab_tagged_pages(s));
     return got;
 }
@@ -256,9 +258,10 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             h->current[cls] = s;
         }
         unsigned cap = carve_cap(h, s, cls);
+        uint32_t was = s->carved;
         got = carve(s, bin, want < cap ? want : cap);
         s->used += got;
-        h->st.class_carved[cls] += got;
+        h->st.class_carved[cls] += s->carved - was;
         if (h->carve_streak[cls] < UINT8_MAX) h->carve_streak[cls]++;
         if (h->carve_alone_cls != cls) h->carve_alone = 0;
         h->carve_alone_cls = (uint8_t)cls;

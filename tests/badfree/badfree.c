@@ -463,7 +463,6 @@ static const struct scase
   size_t size, claimed, align;
 } sized_cases[] = {
   { "sized-tiny-over", C_FREE_SIZED, 32, 1000, 0 },
-  { "sized-mid-under", C_FREE_SIZED, 8 * KiB, 100, 0 },
   { "sized-mid-over", C_FREE_SIZED, 8 * KiB, 9 * KiB, 0 },
   { "sized-large-over", C_FREE_SIZED, MiB, 2 * MiB, 0 },
   { "aligned-sized-size", C_FREE_ALIGNED_SIZED, 100, 4096, 16 },
