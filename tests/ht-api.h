@@ -19,6 +19,10 @@
 #define A(fn) hak_##fn
 #endif
 
+/* C23's, which older C libraries do not declare */
+void free_sized (void *ptr, size_t size);
+void free_aligned_sized (void *ptr, size_t align, size_t size);
+
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 

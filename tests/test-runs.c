@@ -139,7 +139,7 @@ test_clock_off_keeps_no_run (void)
  * thread's bin may hold blocks of one more until its idle trim, one may be
  * the slack. The thread keeps missing in another class, so that its clock
  * ticks. Fails if kept runs never go back. */
-enum { CHURN = 256 };
+enum { CHURN = 1024 };   /* 48 KiB: more than a bin of the class holds (32 KiB), so every round misses */
 static void *churn[CHURN];
 
 /* Misses in a class of 48-byte blocks, so that the calling thread's clock

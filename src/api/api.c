@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* glibc's own entry points, for pointers hakmem does not own. */
@@ -339,14 +340,27 @@ HAK_EXPORT void *hak_pvalloc(size_t size) {
     return alloc_aligned(HAK_PAGE_SIZE, rounded);
 }
 
+/* A block that is free (or a slab that is): what glibc's
+ * malloc_usable_size says of a free chunk, 0, with no report. */
+static int freed_block(void *p, enum hak_ptr_kind k, const struct hak_ptr_info *info) {
+    if (k == HAK_PTR_SMALL) return hak_mark_is_set(p) && hak_small_is_free(p, info->cls);
+    return k == HAK_PTR_INVALID && !strcmp(info->reason, HAK_REASON_DOUBLE);
+}
+
 HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     if (!p) return 0;
     struct hak_ptr_info info;
-    switch (checked_classify("malloc_usable_size", p, &info)) {
+    enum hak_ptr_kind k = hak_safety->classify(p, &info);
+    if (freed_block(p, k, &info)) return 0;
+    if (k == HAK_PTR_FOREIGN && !hak_foreign_plausible(p)) {
+        info.reason = HAK_REASON_FOREIGN;
+        k = HAK_PTR_INVALID;
+    }
+    switch (k) {
     case HAK_PTR_SMALL:   return hak_track_usable(p, hak_class_size[info.cls]);
     case HAK_PTR_LARGE:   return hak_track_usable(p, info.large->usable);
     case HAK_PTR_FOREIGN: return foreign_usable_size(p);
-    case HAK_PTR_INVALID: return 0;
+    case HAK_PTR_INVALID: hak_report_bad("malloc_usable_size", p, info.reason); return 0;
     }
     return 0;
 }
@@ -468,15 +482,64 @@ HAK_EXPORT void *hak_reallocarray(void *p, size_t n, size_t size) {
     return hak_realloc(p, total);
 }
 
+/* free_sized and free_aligned_sized: a size (or alignment) the block
+ * could not have been asked with is undefined behaviour, reported like
+ * any bad free (the call then has no effect). A size fits a block when it
+ * is at most its usable size: a lower bound would need the size asked,
+ * which no block keeps (a block stands in for requests of up to half its
+ * size, realloc keeps it in place down to a quarter, and aligned requests,
+ * which programs free with free_sized too, may take far larger blocks).
+ * The alignment must be a power of two the block's address has. Plain
+ * free's path is untouched: these checks run on the sized entry points
+ * only. */
+static int small_size_fits(size_t size, size_t usable) {
+    return size <= usable;
+}
+
+static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, size_t align, size_t size) {
+    if (!p) return;
+    struct hak_ptr_info info;
+    enum hak_ptr_kind k = checked_classify(op, p, &info);
+    size_t usable;
+    switch (k) {
+    case HAK_PTR_SMALL: usable = hak_class_size[info.cls]; break;
+    case HAK_PTR_LARGE: usable = info.large->usable; break;
+    case HAK_PTR_FOREIGN: __libc_free(p); return;   /* the C library's block: its size is its business */
+    default: return;
+    }
+    char reason[96];
+    if (aligned && (!is_pow2(align) || ((uintptr_t)p & (align - 1)))) {
+        snprintf(reason, sizeof reason, "alignment %zu does not match the block", align);
+        hak_report_bad(op, p, reason);
+        return;
+    }
+    if (size > usable) {
+        snprintf(reason, sizeof reason, "size %zu does not match the block (usable %zu)", size, usable);
+        hak_report_bad(op, p, reason);
+        return;
+    }
+    if (k == HAK_PTR_SMALL) {
+        free_small(p, info.cls);
+    } else {
+        hak_track_free(p);
+        hak_large_free(info.large);
+    }
+}
+
+/* free's hit path, once the size fits the tag's class. */
 HAK_EXPORT void hak_free_sized(void *p, size_t size) {
-    (void)size;
-    hak_free_inline(p);
+    uintptr_t at;
+    if (HAK_LIKELY(hak_live_block(p, &at)) && small_size_fits(size, hak_class_size[at / HAK_TAG_SCALE])) {
+        hak_fast_bin *b = hak_fast_bin_at(at);
+        if (HAK_LIKELY(hak_fast_take_room(b))) hak_fast_push(b, p);
+        else hak_free_miss(p, at);   /* a full bin */
+        return;
+    }
+    free_sized_slow("free_sized", p, 0, 0, size);
 }
 
 HAK_EXPORT void hak_free_aligned_sized(void *p, size_t align, size_t size) {
-    (void)align;
-    (void)size;
-    hak_free_inline(p);
+    free_sized_slow("free_aligned_sized", p, 1, align, size);
 }
 
 HAK_EXPORT int hak_owns(const void *p) {
@@ -506,4 +569,44 @@ void  *pvalloc(size_t) HAK_ALIAS("hak_pvalloc");
 size_t malloc_usable_size(void *) HAK_ALIAS("hak_malloc_usable_size");
 void   free_sized(void *, size_t) HAK_ALIAS("hak_free_sized");
 void   free_aligned_sized(void *, size_t, size_t) HAK_ALIAS("hak_free_aligned_sized");
+
+/* C++'s operator delete family (libstdc++'s calls free and drops the
+ * size): the sized ones go through free_sized and free_aligned_sized, so
+ * a delete with a wrong size is reported. operator new is not exported:
+ * it must throw std::bad_alloc when memory runs out, which C cannot do;
+ * libstdc++'s calls malloc, which is ours anyway. Mangled names: Pv
+ * void *, m size_t, St11align_val_t std::align_val_t (a size_t),
+ * RKSt9nothrow_t const std::nothrow_t &. */
+void _ZdlPv(void *) HAK_ALIAS("hak_free");
+void _ZdaPv(void *) HAK_ALIAS("hak_free");
+void _ZdlPvm(void *, size_t) HAK_ALIAS("hak_free_sized");
+void _ZdaPvm(void *, size_t) HAK_ALIAS("hak_free_sized");
+
+void _ZdlPvRKSt9nothrow_t(void *, const void *);
+void _ZdlPvSt11align_val_t(void *, size_t);
+void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *, size_t, const void *);
+void _ZdlPvmSt11align_val_t(void *, size_t, size_t);
+
+HAK_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *nothrow) {
+    (void)nothrow;
+    hak_free_inline(p);
+}
+void _ZdaPvRKSt9nothrow_t(void *, const void *) HAK_ALIAS("_ZdlPvRKSt9nothrow_t");
+
+/* the alignment is checked as free_aligned_sized checks it; the size,
+ * unknown, only as far as the usable size goes */
+HAK_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t align) {
+    free_sized_slow("free_aligned_sized", p, 1, align, 0);
+}
+void _ZdaPvSt11align_val_t(void *, size_t) HAK_ALIAS("_ZdlPvSt11align_val_t");
+HAK_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t align, const void *nothrow) {
+    (void)nothrow;
+    free_sized_slow("free_aligned_sized", p, 1, align, 0);
+}
+void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *, size_t, const void *) HAK_ALIAS("_ZdlPvSt11align_val_tRKSt9nothrow_t");
+
+HAK_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t align) {
+    free_sized_slow("free_aligned_sized", p, 1, align, size);
+}
+void _ZdaPvmSt11align_val_t(void *, size_t, size_t) HAK_ALIAS("_ZdlPvmSt11align_val_t");
 #endif

@@ -9,11 +9,12 @@ uintptr_t hak_tag_window_base;
 int hak_tag_window_on;
 
 void hak_tag_window_init(int on) {
-    /* Mappings go top-down from here: the window ends 4 GiB above it (room
-     * for holes the kernel may fill later above) and reaches 60 GiB below. */
+    /* Mappings go top-down from here: the window ends 1 GiB above it
+     * (room for holes the kernel may fill later above) and reaches 15 GiB
+     * below. */
     if (!on) return;   /* no window: every free through the chunk map */
     uintptr_t next = (uintptr_t)hak_os_next_map_hint();
-    uintptr_t above = (uintptr_t)4 << 30, span = (uintptr_t)1 << HAK_TAG_WINDOW_SHIFT;
+    uintptr_t above = (uintptr_t)1 << 30, span = (uintptr_t)1 << HAK_TAG_WINDOW_SHIFT;
     if (!next) return;
     uintptr_t end = hak_align_up(next + above, HAK_CHUNK_SIZE);
     hak_tag_window_base = end > span ? end - span : 0;

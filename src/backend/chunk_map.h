@@ -42,31 +42,45 @@ enum hak_chunk_kind {
 
 #define HAK_CHUNK_MAP_ENTRIES ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
 
-/* The tag window: the class tag of every 64 KiB slab of one 64 GiB stretch
- * of address space, indexed by (p - hak_tag_window_base) >> 16, so that the
+/* The tag window: the class tag of every page of one 16 GiB stretch of
+ * address space, indexed by (p - hak_tag_window_base) >> 12, so that the
  * free hit path finds a block's tag with one load, not two (the chunk map's
  * entry, then that entry's row of hak_ss_tags): 45 instructions a
  * malloc+free pair instead of 50, and random_mixed about 15% faster
- * (docs/PERFORMANCE.md, session 20). The stretch is placed at init
+ * (docs/PERFORMANCE.md). The stretch is placed at init
  * (hak_tag_window_init) to end a little above where the kernel puts the
  * next mapping: mappings are handed out top-down, so the SuperSlabs of all
- * but a process with tens of GiB of other mappings fall inside it. A
+ * but a process with gigabytes of other mappings fall inside it. A
  * SuperSlab outside it has zero tags here (HAK_CLASS_INVALID) and its
  * frees take hak_free_miss, which classifies them through the chunk map:
  * correct, only slower. The same holds for every SuperSlab when the safety
  * box checks every free (HAK_SS_ENTRY_CHECKED) or with HAKMEM_TAG_WINDOW=0.
- * hak_ss_tags stays the reference the slow paths read; the window mirrors
- * it (backend/superslab.h). */
-#define HAK_TAG_WINDOW_SHIFT 36   /* 64 GiB: HAK_MAX_SS SuperSlabs */
-#define HAK_TAG_WINDOW_SLABS ((size_t)1 << (HAK_TAG_WINDOW_SHIFT - HAK_SLAB_SHIFT))
+ * hak_ss_tags (by slab) stays the reference the slow paths read.
+ *
+ * A page, not a slab, so that the window knows how far a run is carved: a
+ * page has its run's tag only once every block starting in it was carved
+ * (backend/heap_refill.c, carve, finishes the blocks of the last page it
+ * reaches), and keeps HAK_CLASS_INVALID before (backend/superslab.h,
+ * hak_slab_tagged_pages). A free of a block a run never handed out then
+ * fails the hit path's check at no cost to it (the same shift, another
+ * count), and the slow paths, which check the carved count, report it:
+ * with slab tags such a free was taken, and the block later handed out
+ * twice. The table is 8 MiB of lazily touched .bss (2 bytes a page;
+ * 1 KiB a SuperSlab touched) for 16 GiB of span: a process that maps
+ * more than that besides frees the rest through the chunk map. */
+#define HAK_TAG_GRANULE_SHIFT 12   /* a page */
+#define HAK_TAG_WINDOW_SHIFT 34    /* 16 GiB */
+#define HAK_TAG_WINDOW_PAGES ((size_t)1 << (HAK_TAG_WINDOW_SHIFT - HAK_TAG_GRANULE_SHIFT))
+#define HAK_TAG_SS_PAGES     ((unsigned)1 << (HAK_CHUNK_SHIFT - HAK_TAG_GRANULE_SHIFT))
+#define HAK_TAG_SLAB_PAGES   ((unsigned)1 << (HAK_SLAB_SHIFT - HAK_TAG_GRANULE_SHIFT))
 
 /* The tables the free hit path reads, in one object so that the path
  * needs one base address (one rip-relative lea in a shared library), not
  * several. Known by their own names below. */
 struct hak_free_tables {
-    /* first: the hit path indexes it with no offset. 2 MiB of .bss; only
-     * the lines of live SuperSlabs (64 bytes each) are touched. */
-    uint16_t window_tags[HAK_TAG_WINDOW_SLABS];
+    /* first: the hit path indexes it with no offset. 8 MiB of .bss; only
+     * the rows of live SuperSlabs (1 KiB each) are touched. */
+    uint16_t window_tags[HAK_TAG_WINDOW_PAGES];
     uint16_t chunk_map[HAK_CHUNK_MAP_ENTRIES];
     /* Class tag of every slab of every SuperSlab, by chunk map entry and
      * slab index, stored as the class's bin offset, cls * 16 (the free path
@@ -113,10 +127,10 @@ HAK_DATA uintptr_t hak_tag_window_base;
 HAK_DATA int hak_tag_window_on;
 void hak_tag_window_init(int on);
 
-/* The window's tag of the slab holding p: HAK_CLASS_INVALID outside it. */
+/* The window's tag of the page holding p: HAK_CLASS_INVALID outside it. */
 HAK_INLINE uintptr_t hak_window_tag(const void *p) {
-    uintptr_t i = ((uintptr_t)p - hak_tag_window_base) >> HAK_SLAB_SHIFT;
-    if (HAK_UNLIKELY(i >= HAK_TAG_WINDOW_SLABS)) return HAK_CLASS_INVALID;
+    uintptr_t i = ((uintptr_t)p - hak_tag_window_base) >> HAK_TAG_GRANULE_SHIFT;
+    if (HAK_UNLIKELY(i >= HAK_TAG_WINDOW_PAGES)) return HAK_CLASS_INVALID;
     /* relaxed atomic: a plain load on x86; the tag of a run with hollow
      * blocks changes while other threads free its blocks */
     return __atomic_load_n(&hak_window_tags[i], __ATOMIC_RELAXED);

@@ -139,7 +139,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     if (last) hak_link_set(last, NULL);
     /* the tags change before any mark is lost, so that from then on every
      * free of the run's blocks is checked against the bitmap */
-    if (moved && !s->nhollow) hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 1);
+    if (moved && !s->nhollow) hak_ss_tag_run(s, 1);
     unsigned calls = 0;
     for (unsigned p = 0; p < pages;) {
         if (!page_get(fresh, p)) { p++; continue; }
@@ -209,7 +209,7 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
     s->nhollow -= got;
     if (!s->nhollow) {
         q->hollow_word = 0;
-        hak_ss_tag_run(hak_ss_of_slab(s), s->index, s->nslabs, s->cls, 0);
+        hak_ss_tag_run(s, 0);
     }
     return got;
 }

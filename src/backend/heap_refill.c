@@ -139,22 +139,52 @@ static inline unsigned carve_cap(const struct hak_heap *h, const struct hak_slab
     return n ? n : 1;
 }
 
+/* Blocks from block k of run s on that start in the page of block k - 1
+ * (k > 0): what a carve that stops at k must carve as well, so that the
+ * page it ends in has every block starting there carved and gets its tag
+ * in the tag window (backend/chunk_map.h, hak_slab_tagged_pages). At most
+ * a page's worth less one block. */
+static unsigned page_rest(const struct hak_slab *s, uint32_t k) {
+    if (k >= s->capacity || (s->per_slab && k % s->per_slab == 0)) return 0;   /* next slab: a new page */
+    uintptr_t end = ((uintptr_t)hak_slab_block(s, k - 1) | (HAK_PAGE_SIZE - 1)) + 1;
+    uintptr_t next = (uintptr_t)hak_slab_block(s, k);
+    if (next >= end) return 0;
+    uint32_t n = (uint32_t)((end - next + s->block_size - 1) / s->block_size);
+    uint32_t left = s->per_slab ? s->per_slab - k % s->per_slab : s->capacity - k;
+    return n < left ? n : left;
+}
+
 /* Carves up to want blocks from run s's untouched part onto the bin, in
- * ascending address order. Each block's address is the last one's plus
- * the block size, or the next slab's start once a slab is full (runs and
- * slabs start on 64 KiB boundaries): one division a carve, not one a block
- * (a growing class of 64-byte blocks spent 11 instructions a block and a
- * divide's latency in hak_slab_block). */
+ * ascending address order, then tags the pages carved whole. A thread's
+ * bin also takes the rest of the blocks starting in the last page reached
+ * (page_rest), growing past its size if it has to (by less than a page's
+ * worth of blocks; its next frees flush), so that the page gets its tag
+ * and the frees of its blocks take the hit path. hak_heap_take_one's bin
+ * (max 0) takes one block: its page stays untagged until a later carve
+ * finishes it, and frees of its carved blocks are checked on the slow
+ * path meanwhile (the blocks on the run's free list instead would be lent
+ * to smaller classes, refill_from_larger). Each block's address is the
+ * last one's plus the block size, or the next slab's start once a slab is
+ * full (runs and slabs start on 64 KiB boundaries): one division a carve,
+ * not one a block (a growing class of 64-byte blocks spent 11
+ * instructions a block and a divide's latency in hak_slab_block). */
 static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned room = s->capacity - s->carved;
     unsigned got = want < room ? want : room;
     if (!got) return 0;
+    if (bin->max) {
+        got += page_rest(s, s->carved + got);
+        if (got > bin->room) {
+            bin->max += got - bin->room;
+            bin->room = got;
+        }
+    }
+    unsigned tagged = hak_slab_tagged_pages(s);
     uint32_t bs = s->block_size;
     char *b = hak_slab_block(s, s->carved);
     /* blocks from b to the end of its slab (runs of one slab-spanning
      * class have no slab ends inside) */
     unsigned in_slab = s->per_slab ? s->per_slab - s->carved % s->per_slab : got;
-    s->carved += got;
     char *first = b;
     for (unsigned left = got;;) {
         unsigned stretch = left < in_slab ? left : in_slab;
@@ -172,6 +202,8 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     }
     hak_link_set(b, bin->head);
     bin->head = first;
+    __atomic_store_n(&s->carved, s->carved + got, __ATOMIC_RELAXED);
+    hak_slab_window_tag(s, tagged, hak_slab_tagged_pages(s));
     return got;
 }
 
@@ -226,9 +258,10 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             h->current[cls] = s;
         }
         unsigned cap = carve_cap(h, s, cls);
+        uint32_t was = s->carved;
         got = carve(s, bin, want < cap ? want : cap);
         s->used += got;
-        h->st.class_carved[cls] += got;
+        h->st.class_carved[cls] += s->carved - was;
         if (h->carve_streak[cls] < UINT8_MAX) h->carve_streak[cls]++;
         if (h->carve_alone_cls != cls) h->carve_alone = 0;
         h->carve_alone_cls = (uint8_t)cls;

@@ -353,7 +353,8 @@ struct hak_slab *hak_ss_run_place(struct hak_superslab *ss, unsigned i, unsigned
         if (k) ss->slabs[i + k].state = HAK_SLAB_TAIL;
     }
     /* Tag last: the inline free path may read the tag as soon as a block
-     * escapes, which only happens after this function returns. */
+     * escapes, which only happens after this function returns. The window
+     * tags the run's pages as they are carved (heap_refill.c). */
     for (unsigned k = 0; k < n; k++) hak_ss_runpos[hak_ss_entry_of(ss->index)][i + k] = (uint8_t)k;
     for (unsigned k = 0; k < n; k++) hak_ss_set_tag(ss, i + k, cls);
     return s;
@@ -365,6 +366,9 @@ void hak_ss_run_free(struct hak_superslab *ss, struct hak_slab *s) {
         hak_ss_set_tag(ss, i + k, HAK_CLASS_INVALID);
         ss->slabs[i + k].state = HAK_SLAB_FREE;
     }
+    /* a run placed here later starts with no page tagged (its carving
+     * tags them) */
+    hak_ss_window_store(ss, i * HAK_TAG_SLAB_PAGES, (i + n) * HAK_TAG_SLAB_PAGES, HAK_CLASS_INVALID);
     s->nslabs = 0;
     ss->free_mask |= run_bits(n) << i;
 }

@@ -117,31 +117,29 @@ static inline void hak_ss_set_owner(struct hak_superslab *ss, struct hak_heap *h
 HAK_INLINE unsigned hak_slab_index(const void *p) {
     return (unsigned)(((uintptr_t)p >> HAK_SLAB_SHIFT) & (HAK_SLABS_PER_SS - 1));
 }
-/* Class tag of every slab, read by the inline free path (from its mirror in
- * the tag window, backend/chunk_map.h, when the window is on and the
- * SuperSlab lies in it): runs are tagged on every slab they cover; free
- * slabs and slab 0 are HAK_CLASS_INVALID. */
+/* Class tags: hak_ss_tags holds one a slab, the reference the slow paths
+ * read (runs are tagged on every slab they cover; free slabs and slab 0
+ * are HAK_CLASS_INVALID); the tag window (backend/chunk_map.h), which the
+ * inline free path reads when the window is on and the SuperSlab lies in
+ * it, holds one a page, and a run's tag only on the pages it has carved
+ * (hak_slab_tagged_pages). */
 HAK_INLINE void hak_ss_store_tag(const struct hak_superslab *ss, unsigned slab, uint16_t tag) {
     __atomic_store_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][slab], tag, __ATOMIC_RELAXED);
-    uintptr_t i = ((uintptr_t)ss - hak_tag_window_base) >> HAK_SLAB_SHIFT;
-    if (hak_tag_window_on && i < HAK_TAG_WINDOW_SLABS)
-        __atomic_store_n(&hak_window_tags[i + slab], tag, __ATOMIC_RELAXED);
 }
 HAK_INLINE void hak_ss_set_tag(const struct hak_superslab *ss, unsigned slab, unsigned cls) {
     hak_ss_store_tag(ss, slab, (uint16_t)(cls * HAK_TAG_SCALE));
 }
-/* Tags every slab of run s for its class, hollow (HAK_TAG_HOLLOW) or not. */
-HAK_INLINE void hak_ss_tag_run(const struct hak_superslab *ss, unsigned first, unsigned n, unsigned cls,
-                               int hollow) {
-    uint16_t tag = (uint16_t)(cls * HAK_TAG_SCALE + (hollow ? HAK_TAG_HOLLOW : 0));
-    /* other threads free the run's blocks meanwhile: whichever tag they
-     * read, the block is handled right (a hollow tag only sends it to the
-     * full check), but the tag is read and written atomically */
-    for (unsigned k = 0; k < n; k++)
-        hak_ss_store_tag(ss, first + k, tag);
+/* The window's tags of pages [from, to) of ss (page numbers from its start). */
+HAK_INLINE void hak_ss_window_store(const struct hak_superslab *ss, unsigned from, unsigned to, uint16_t tag) {
+    uintptr_t i = ((uintptr_t)ss - hak_tag_window_base) >> HAK_TAG_GRANULE_SHIFT;
+    if (!hak_tag_window_on || i >= HAK_TAG_WINDOW_PAGES) return;
+    /* other threads free blocks meanwhile: the tag is read and written
+     * atomically */
+    for (unsigned k = from; k < to; k++) __atomic_store_n(&hak_window_tags[i + k], tag, __ATOMIC_RELAXED);
 }
 HAK_INLINE void hak_ss_clear_tags(const struct hak_superslab *ss) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) hak_ss_set_tag(ss, i, HAK_CLASS_INVALID);
+    hak_ss_window_store(ss, 0, HAK_TAG_SS_PAGES, HAK_CLASS_INVALID);
 }
 /* The run a block of this SuperSlab belongs to. */
 HAK_INLINE struct hak_slab *hak_slab_of(struct hak_superslab *ss, const void *p) {
@@ -184,6 +182,39 @@ HAK_INLINE char *hak_slab_block(const struct hak_slab *s, uint32_t k) {
     if (!s->per_slab) return hak_slab_start(s) + (size_t)k * s->block_size;
     return hak_slab_start(s) + ((size_t)(k / s->per_slab) << HAK_SLAB_SHIFT) +
            (size_t)(k % s->per_slab) * s->block_size;
+}
+/* Pages of run s, from its start, whose tag the window holds: those in
+ * which every block that starts there is carved. carve (heap_refill.c)
+ * always finishes the blocks starting in the last page it reaches, so the
+ * page of the first uncarved block has no carved block start and stays
+ * HAK_CLASS_INVALID, like every page after it. */
+HAK_INLINE unsigned hak_slab_tagged_pages(const struct hak_slab *s) {
+    if (s->carved >= s->capacity) return (unsigned)s->nslabs * HAK_TAG_SLAB_PAGES;
+    return (unsigned)((size_t)(hak_slab_block(s, s->carved) - hak_slab_start(s)) >> HAK_TAG_GRANULE_SHIFT);
+}
+/* The window tags of run s's pages [from, to) (from its start): the tag
+ * hak_ss_tags gives the run. */
+HAK_INLINE void hak_slab_window_tag(const struct hak_slab *s, unsigned from, unsigned to) {
+    const struct hak_superslab *ss = hak_ss_of_slab(s);
+    uint16_t tag = __atomic_load_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][s->index], __ATOMIC_RELAXED);
+    unsigned first = (unsigned)s->index * HAK_TAG_SLAB_PAGES;
+    hak_ss_window_store(ss, first + from, first + to, tag);
+}
+/* Tags every slab of run s for its class, hollow (HAK_TAG_HOLLOW) or not,
+ * and its carved pages in the window. */
+HAK_INLINE void hak_ss_tag_run(const struct hak_slab *s, int hollow) {
+    const struct hak_superslab *ss = hak_ss_of_slab(s);
+    uint16_t tag = (uint16_t)(s->cls * HAK_TAG_SCALE + (hollow ? HAK_TAG_HOLLOW : 0));
+    /* other threads free the run's blocks meanwhile: whichever tag they
+     * read, the block is handled right (a hollow tag only sends it to the
+     * full check) */
+    for (unsigned k = 0; k < s->nslabs; k++) hak_ss_store_tag(ss, s->index + k, tag);
+    hak_slab_window_tag(s, 0, hak_slab_tagged_pages(s));
+}
+/* 1 when block p of run s (p a block start of s) was carved: handed out
+ * once at least. */
+HAK_INLINE int hak_slab_block_carved(const struct hak_slab *s, const void *p) {
+    return hak_slab_block_index(s, p) < __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
 }
 /* 1 when p is exactly the start of a block of run s. */
 static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *p) {

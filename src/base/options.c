@@ -37,7 +37,7 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         /* times are compared as 32-bit differences (hak_os_clock_ms) */
         INT32_MAX },
     [HAK_OPT_TAG_WINDOW] = { "tag_window", "HAKMEM_TAG_WINDOW", HAK_OPT_BOOL, { 0 }, "1",
-        "1 = the free hit path finds a block's size class in a table over 64 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
+        "1 = the free hit path finds a block's size class in a table by page over 16 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
 };
 
 void hak_vlog_fd(int fd, const char *fmt, va_list ap) {

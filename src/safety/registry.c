@@ -45,6 +45,12 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
             info->reason = HAK_REASON_INTERIOR;
             return HAK_PTR_INVALID;
         }
+        /* the part of a run not carved yet holds no block: nothing there
+         * was handed out, and taking it would hand it out twice */
+        if (check_block && !hak_slab_block_carved(hak_slab_of(ss, p), p)) {
+            info->reason = HAK_REASON_NOT_LIVE;
+            return HAK_PTR_INVALID;
+        }
         /* a free block whose page went back has no free mark to tell */
         if (check_block && hak_ss_tag_hollow(hak_ss_entry_of(ss->index), hak_slab_index(p)) &&
             hak_slab_holds_hollow(hak_slab_of(ss, p), p)) {

@@ -52,6 +52,7 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
 #define HAK_REASON_DOUBLE   "double free"
 #define HAK_REASON_INTERIOR "interior pointer (not the start of a block)"
 #define HAK_REASON_FOREIGN  "not allocated by hakmem"
+#define HAK_REASON_NOT_LIVE "not a live block (never handed out)"
 
 /* Reports a bad call as HAKMEM_ON_ERROR says: one line on stderr, then
  * abort (default), or just the line (warn), or nothing (ignore). Returns

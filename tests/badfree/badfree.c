@@ -68,8 +68,11 @@ intact (const unsigned char *p, size_t n, unsigned seed)
   return 1;
 }
 
-enum call { C_FREE, C_REALLOC, C_USABLE };
-static const char *const call_name[] = { "free", "realloc", "malloc_usable_size" };
+enum call { C_FREE, C_REALLOC, C_USABLE, C_FREE_SIZED, C_FREE_ALIGNED_SIZED };
+static const char *const call_name[] = { "free", "realloc", "malloc_usable_size", "free_sized",
+                                         "free_aligned_sized" };
+/* the size and alignment the sized calls pass */
+static size_t sized_size, sized_align;
 
 static unsigned char static_buf[256] __attribute__ ((aligned (64)));
 
@@ -105,6 +108,12 @@ bad_call (enum call c, void *p, const char *reason)
           fail ("malloc_usable_size(%p) of a bad pointer returned %zu, expected 0", p, u);
         break;
       }
+    case C_FREE_SIZED:
+      A (free_sized) (hide (p), sized_size);
+      break;
+    case C_FREE_ALIGNED_SIZED:
+      A (free_aligned_sized) (hide (p), sized_align, sized_size);
+      break;
     }
 }
 
@@ -255,6 +264,60 @@ slab_tail (enum call c, size_t size)
   A (free) (p);
 }
 
+/* A block start of p's run that the run has not carved yet (handed out to
+ * nobody): `ahead` blocks past p, p being among the first blocks of its
+ * class's fresh run. Its free was once taken, and the block handed out
+ * twice (once from the bin the free put it in, once when carving reached
+ * it): no_duplicates allocates far enough for carving to get there. */
+static void
+uncarved (enum call c, size_t size, size_t ahead)
+{
+  unsigned char *p = A (malloc) (size);
+  if (!p)
+    fail ("malloc(%zu)", size);
+  fill (p, size < 4096 ? size : 4096, 17);
+  bad_call (c, p + ahead * size, "not a live block");
+  if (!intact (p, size < 4096 ? size : 4096, 17))
+    fail ("the %zu-byte block %p was changed by the bad call", size, (void *) p);
+  no_duplicates (size, NULL, NULL);
+  A (free) (p);
+}
+
+/* free_sized / free_aligned_sized of a live block with a size (or
+ * alignment) it cannot have been asked with: reported, and the block
+ * stays live. */
+static void
+wrong_size (enum call c, size_t size, size_t claimed, size_t align)
+{
+  unsigned char *p = A (malloc) (size);
+  unsigned char *spare = NULL;
+  if (!p)
+    fail ("malloc(%zu)", size);
+  int bad_align = align > 16;   /* else every block has it: the size is wrong */
+  if (bad_align && ((uintptr_t) p & (align - 1)) == 0)
+    {
+      spare = p;   /* aligned by chance: the next one is not */
+      p = A (malloc) (size);
+    }
+  fill (p, size < 4096 ? size : 4096, 19);
+  sized_size = claimed;
+  sized_align = align;
+  char reason[64];
+  if (bad_align)
+    snprintf (reason, sizeof reason, "alignment %zu does not match the block", align);
+  else
+    snprintf (reason, sizeof reason, "size %zu does not match the block", claimed);
+  bad_call (c, p, reason);
+  if (!intact (p, size < 4096 ? size : 4096, 19))
+    fail ("the %zu-byte block %p was changed by the bad call", size, (void *) p);
+  if (A (malloc_usable_size) (p) < size)
+    fail ("the block %p is no longer live after the bad call", (void *) p);
+  no_duplicates (size < 64 * KiB ? size : 64, p, p + size);
+  A (free) (p);
+  if (spare)
+    A (free) (spare);
+}
+
 static void
 foreign_buffer (enum call c, unsigned char *buf, size_t n)
 {
@@ -333,6 +396,11 @@ run_slab_tail (enum call c, size_t size, size_t unused)
   slab_tail (c, size);
 }
 static void
+run_uncarved (enum call c, size_t size, size_t ahead)
+{
+  uncarved (c, size, ahead);
+}
+static void
 run_stack (enum call c, size_t a, size_t b)
 {
   (void) a, (void) b;
@@ -376,12 +444,30 @@ static const struct tcase cases[] = {
   { "interior-large+4096", run_interior, MiB, 4096 },
   { "slab-tail-tiny", run_slab_tail, 48, 0 },
   { "slab-tail-mid", run_slab_tail, 24 * KiB, 0 },
+  { "uncarved-tiny", run_uncarved, 48, 120 },
+  { "uncarved-mid", run_uncarved, 24 * KiB, 1 },
+  { "uncarved-big", run_uncarved, 96 * KiB, 1 },
   { "stack", run_stack, 0, 0 },
   { "static", run_static, 0, 0 },
   { "garbage", run_garbage, 0, 0 },
   { "mmap", run_mmap, 0, 0 },
 };
 #define NCASES (sizeof cases / sizeof cases[0])
+
+/* Cases of the sized frees: name, call, block size, size claimed,
+ * alignment claimed (free_aligned_sized). */
+static const struct scase
+{
+  const char *name;
+  enum call c;
+  size_t size, claimed, align;
+} sized_cases[] = {
+  { "sized-tiny-over", C_FREE_SIZED, 32, 1000, 0 },
+  { "sized-mid-over", C_FREE_SIZED, 8 * KiB, 9 * KiB, 0 },
+  { "sized-large-over", C_FREE_SIZED, MiB, 2 * MiB, 0 },
+  { "aligned-sized-size", C_FREE_ALIGNED_SIZED, 100, 4096, 16 },
+  { "aligned-sized-align", C_FREE_ALIGNED_SIZED, 64, 64, 4096 },
+};
 
 static int
 usable_applies (const struct tcase *t)
@@ -398,6 +484,24 @@ main (int argc, char **argv)
     {
       fprintf (stderr, "usage: badfree CASE | --list\n");
       return 2;
+    }
+  for (size_t i = 0; i < sizeof sized_cases / sizeof sized_cases[0]; i++)
+    {
+      const struct scase *t = &sized_cases[i];
+      if (!strcmp (argv[1], "--list"))
+        {
+          puts (t->name);
+          continue;
+        }
+      if (strcmp (argv[1], t->name))
+        continue;
+      A (free) (A (malloc) (16));
+      static char out_buf2[BUFSIZ];
+      setvbuf (stdout, out_buf2, _IOLBF, sizeof out_buf2);
+      wrong_size (t->c, t->size, t->claimed, t->align);
+      puts ("survived");
+      fflush (stdout);
+      return 0;
     }
   for (size_t i = 0; i < NCASES; i++)
     {
