@@ -1,7 +1,11 @@
 /* The chunk map: one 16-bit entry per 2 MiB chunk of the 47-bit user
- * address space (128 MiB of zero-fill-on-demand .bss; only the pages that
- * describe chunks hakmem maps are ever touched). It routes every free and
- * answers "is this pointer ours?" in one load, without a syscall.
+ * address space, in two levels: a directory in .bss (128 KiB) and leaves
+ * of 8 KiB, each describing 8 GiB, made from metadata memory when hakmem
+ * first maps a chunk they describe. One flat table would be 128 MiB of
+ * .bss, which costs no memory but counts against an address-space limit
+ * (RLIMIT_AS, ulimit -v) from the start. It routes every free that misses
+ * the tag window and answers "is this pointer ours?" in two loads, without
+ * a syscall.
  *
  * A SuperSlab's entry carries its dense index; the entry itself selects the
  * SuperSlab's row of slab class tags in hak_ss_tags. Keeping the tags in one
@@ -41,6 +45,12 @@ enum hak_chunk_kind {
 #define HAK_ENTRY_ROWS       0x10000u   /* every uint16_t entry value */
 
 #define HAK_CHUNK_MAP_ENTRIES ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
+#define HAK_CHUNK_LEAF_SHIFT  12   /* entries a leaf: 4096, 8 KiB, 8 GiB of address space */
+#define HAK_CHUNK_LEAF_ENTRIES ((size_t)1 << HAK_CHUNK_LEAF_SHIFT)
+#define HAK_CHUNK_DIR_ENTRIES (HAK_CHUNK_MAP_ENTRIES >> HAK_CHUNK_LEAF_SHIFT)
+/* enough to put class_magic at 16 MiB (see struct hak_free_tables) */
+#define HAK_CHUNK_STATIC_LEAVES \
+    (((16u << 20) - 2u * HAK_TAG_WINDOW_PAGES - 2 * HAK_ENTRY_ROWS * HAK_SLABS_PER_SS) / (2 * HAK_CHUNK_LEAF_ENTRIES))
 
 /* The tag window: the class tag of every page of one 16 GiB stretch of
  * address space, indexed by (p - hak_tag_window_base) >> 12, so that the
@@ -81,12 +91,19 @@ struct hak_free_tables {
     /* first: the hit path indexes it with no offset. 8 MiB of .bss; only
      * the rows of live SuperSlabs (1 KiB each) are touched. */
     uint16_t window_tags[HAK_TAG_WINDOW_PAGES];
-    uint16_t chunk_map[HAK_CHUNK_MAP_ENTRIES];
     /* Class tag of every slab of every SuperSlab, by chunk map entry and
      * slab index, stored as the class's bin offset, cls * 16 (the free path
      * uses it as is; hak_ss_tag() gives the class). 4 MiB of .bss; only
      * the rows of live SuperSlabs are touched. */
     uint16_t ss_tags[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
+    /* Leaves of the chunk map, taken in turn as first needed (each covers
+     * 8 GiB, so these cover 4 TiB; then metadata memory). Here because
+     * class_magic must lie 16 MiB or more into the object: a nearer
+     * offset, which the compiler folds into the symbol's address, made the
+     * free hit path one instruction longer (an lea and an add where one
+     * lea with base, index and offset does). Zero-fill-on-demand: only
+     * the leaves in use are touched. */
+    uint16_t chunk_leaves[HAK_CHUNK_STATIC_LEAVES][HAK_CHUNK_LEAF_ENTRIES];
     /* 16 bytes a class, like a bin, so one scaled index serves both; then
      * as many rows of zeros, whose check always fails, for the tags of
      * runs with hollow blocks (HAK_TAG_HOLLOW) */
@@ -94,7 +111,6 @@ struct hak_free_tables {
 };
 HAK_DATA struct hak_free_tables hak_free_tables;
 #define hak_window_tags       (hak_free_tables.window_tags)
-#define hak_chunk_map         (hak_free_tables.chunk_map)
 #define hak_ss_tags           (hak_free_tables.ss_tags)
 #define hak_class_magic       (hak_free_tables.class_magic)
 
@@ -139,10 +155,18 @@ HAK_INLINE uintptr_t hak_window_tag(const void *p) {
 /* HAK_SS_ENTRY_CHECKED or 0, chosen by the safety box at init. */
 HAK_DATA uint16_t hak_ss_entry_flag;
 
+/* The chunk map's directory: a leaf, or NULL where hakmem never mapped
+ * anything (every entry there reads HAK_CHUNK_NONE). A leaf, once
+ * published, stays for good. */
+HAK_DATA uint16_t *hak_chunk_dir[HAK_CHUNK_DIR_ENTRIES];
+
 HAK_INLINE unsigned hak_chunk_entry(const void *p) {
     uintptr_t i = (uintptr_t)p >> HAK_CHUNK_SHIFT;   /* one bound check covers high garbage */
     if (HAK_UNLIKELY(i >= HAK_CHUNK_MAP_ENTRIES)) return HAK_CHUNK_NONE;
-    return __atomic_load_n(&hak_chunk_map[i], __ATOMIC_RELAXED);
+    /* acquire: the leaf's zeros are seen before its address */
+    uint16_t *leaf = __atomic_load_n(&hak_chunk_dir[i >> HAK_CHUNK_LEAF_SHIFT], __ATOMIC_ACQUIRE);
+    if (!leaf) return HAK_CHUNK_NONE;
+    return __atomic_load_n(&leaf[i & (HAK_CHUNK_LEAF_ENTRIES - 1)], __ATOMIC_RELAXED);
 }
 
 static inline unsigned hak_entry_kind(unsigned e) {

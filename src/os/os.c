@@ -147,30 +147,24 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
     /* Growing in place keeps the address (and its alignment). */
     void *q = mremap(p, old_size, new_size, 0);
     if (q != MAP_FAILED) { errno = saved; return q; }
-    /* Otherwise the pages move (no copy) to an aligned home, reserved
-     * first so that nothing has moved if there is no room. They move in
-     * two steps: grown wherever the kernel finds room, then, unless that
-     * is aligned already, to the home at the same size. One mremap that
-     * grew and moved to the fixed home at once sometimes left the grown
-     * part unaddressable for valgrind's memcheck (false reports on the
-     * program's writes there, in about 1 run of 10 of the threads suite). */
-    void *dst = hak_os_map_aligned(new_size, align);
+    /* Otherwise the pages move (no copy) to an aligned home, mapped first
+     * (so that nothing has moved if there is no room) at the new size: they
+     * move onto its start at their old size, and the rest of it, fresh
+     * zero pages, is the growth. The address space this needs at once is
+     * old + new, as a plain moving mremap's; growing with the move first,
+     * then moving again to the home, needed old + 2 x new (a doubling
+     * realloc stopped at half what glibc's reaches under ulimit -v). One
+     * mremap that grows and moves to a fixed home at once sometimes left
+     * the grown part unaddressable for valgrind's memcheck (false reports
+     * in about 1 run of 10 of the threads suite); a move at the same size
+     * does not. */
+    char *dst = hak_os_map_aligned(new_size, align);
     if (!dst) { errno = saved; return NULL; }
-    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
-    if (q == MAP_FAILED) {
+    size_t keep = old_size < new_size ? old_size : new_size;
+    if (mremap(p, old_size, keep, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) {
         munmap(dst, new_size);
         errno = saved;
         return NULL;
-    }
-    if (((uintptr_t)q & (align - 1)) == 0) {
-        munmap(dst, new_size);
-        errno = saved;
-        return q;
-    }
-    if (mremap(q, new_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) {
-        /* the home is mapped: copy instead (past old_size both are zero) */
-        memcpy(dst, q, old_size);
-        munmap(q, new_size);
     }
     errno = saved;
     return dst;
