@@ -70,7 +70,7 @@ static gint stop_workers;
  * that (ASan: AsanThread::Init frees through its quarantine), and GCC
  * 12's libasan does not hold its allocator's locks across fork(): a fork
  * landing there leaves a child whose first thread waits forever on a
- * lock of ASan's (seen under load in CI, session 18). The parent forks
+ * lock of ASan's (seen under load in CI). The parent forks
  * only once its threads are past that; what they do next, hakmem's
  * first call included, still races the fork. */
 static gint threads_entered;
@@ -298,7 +298,7 @@ grandchild:
  * /proc/PID/stat, the ninth field. Its allocator calls are then over.
  * Under ASan on a loaded machine such an exit once took over 50 s
  * (exit_mmap waiting for a file mapping's lock, state D in
- * unlink_file_vma_batch_process; session 14): slow, but no deadlock of
+ * unlink_file_vma_batch_process): slow, but no deadlock of
  * the allocator's, so the watchdog waits on. */
 static gboolean
 task_exiting (pid_t pid)

@@ -206,7 +206,7 @@ test_usable_bound (void)
  * descriptor) gets a block at most an eighth larger than the power of two
  * from 1 KiB up, not the next quarter: sqlite's page cache (4 KiB pages
  * with a descriptor of a few hundred bytes) went from 1.16 to 1.07 times
- * glibc's peak with that class (docs/PERFORMANCE.md, session 14). A free
+ * glibc's peak with that class (docs/PERFORMANCE.md). A free
  * block of a larger class may stand in for a few of them (the test
  * harness's own blocks: a fresh process keeps out those of the other
  * tests), so most, not all, must be of that class. */

@@ -1173,7 +1173,7 @@ check_growth_refills_in_runs (int wanted, size_t size)
 
 /* A thread that only grows a mid class (a page cache) takes a miss for a
  * run of blocks, not for every block: a page holds one 2304-byte block,
- * and refills once carved one at a time (session 14: 110,000 refills for
+ * and refills once carved one at a time (110,000 refills for
  * as many blocks, 400 for the 400 here; 833 instructions a malloc+free,
  * glibc's 341). */
 static void
@@ -1188,10 +1188,10 @@ test_growing_mid_class_refills_in_runs (void)
 /* The same for a tiny class, when it is the only class the heap is
  * carving for: a thread that grows one class of 700-byte blocks refills
  * a bin's half (16 KiB) at a time, not a page (5 blocks: 400 refills for
- * the 2000 here, session 14). A random mix keeps the one-page carve: its
+ * the 2000 here). A random mix keeps the one-page carve: its
  * classes' refills interleave, and carving ahead for each of them would
  * leave every class of the mix with blocks nobody asked for
- * (docs/PERFORMANCE.md, session 15). */
+ * (docs/PERFORMANCE.md). */
 static void
 test_growing_tiny_class_alone_refills_in_runs (void)
 {

@@ -119,14 +119,14 @@ static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * every block: after HAK_CARVE_STREAK refills of the class in a row that
  * all had to carve, a refill may carve up to HAK_CARVE_GROWN_PAGES pages.
  * What that leaves carved beyond the program's need is at most those
- * pages, and only in a class that keeps growing (session 14).
+ * pages, and only in a class that keeps growing.
  * A tiny class carves ahead only when the heap's last HAK_CARVE_STREAK
  * refills all had to carve and were all of that class (a loop that
  * builds one kind of object: 700-byte blocks 201 -> 132 instructions a
  * malloc+free). A random mix grows its classes together, each refill of
  * another class than the last, and keeps the one-page carve: carving
  * ahead for every class at its start left blocks in every class that it
- * never used (random_mixed's peak 6.6 -> 6.7 MiB, session 15). */
+ * never used (random_mixed's peak 6.6 -> 6.7 MiB). */
 #define HAK_CARVE_STREAK 4u
 #define HAK_CARVE_GROWN_PAGES 8u
 static inline int grows_alone(const struct hak_heap *h, unsigned cls) {

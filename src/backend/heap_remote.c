@@ -12,7 +12,7 @@
  * block at a time, the owner took a cache miss a block, one after the
  * other (a block's address came from the last one's link), on lines the
  * freeing core had just written; xmalloc 4 4 8000000 64 1024 spent 23-28%
- * of its time there (session 20). A walk of the inbox block by block
+ * of its time there. A walk of the inbox block by block
  * (hak_heap_holds_free) still sees an ordinary list. */
 #include "backend/heap_int.h"
 

@@ -15,10 +15,10 @@
  * pages its old block wrote past the new block's end when they come to
  * this much or more. GNU sort -S 30M frees its 30 MiB buffer, then takes
  * five 6 MiB ones: without the cut and this purge its peak RSS was 63,508
- * KiB, glibc's 32,564 (docs/PERFORMANCE.md, session 13). On another
+ * KiB, glibc's 32,564 (docs/PERFORMANCE.md). On another
  * input its buffers are 5 MiB + 32 B, which leaves 1,044,480 bytes past
  * each: at 1 MiB they stayed, 37,864 KiB against 33,892 at 512 KiB
- * (glibc 32,628; session 20). Spans taken whole keep their pages: a first
+ * (glibc 32,628). Spans taken whole keep their pages: a first
  * version that purged on every reuse ran random sizes of 0.3-2 MiB at 0.4
  * of the speed. */
 #define HAK_LARGE_SLACK_MAX ((size_t)1 << 19)
@@ -253,7 +253,7 @@ static void cached_free(struct hak_large *h) {
  * periods: a large span is refaulted at about a microsecond a page, so a
  * program whose large sizes come back within a fraction of a second keeps
  * them (random sizes of 0.3-8 MiB, 8 live: a single period cost 29% of
- * the throughput for 5% less peak RSS; docs/PERFORMANCE.md, session 13),
+ * the throughput for 5% less peak RSS; docs/PERFORMANCE.md),
  * and one that is done with them gets them back within about 0.3 s. */
 #define HAK_LARGE_IDLE_PERIODS 16u
 

@@ -15,18 +15,18 @@
  * on 8, 768 B on 16, 384, 640 and 896 B on 32. A size 16 or 32 bytes past
  * the quarter makes a slab's blocks start on 55 to 64 lines (1040: 63,
  * 528: 55). random_mixed: 3-4% faster, the speed an unsafe prototype with
- * per-run colors had (docs/PERFORMANCE.md, session 16). The cost: those
+ * per-run colors had (docs/PERFORMANCE.md). The cost: those
  * classes' blocks are 16- or 32-aligned, not naturally aligned, so
  * aligned requests from 257 B to 1 KiB take the quarters kept for them
  * (HAK_ALIGNED_FIRST), and a request of exactly 512 or 1024 bytes gets
  * 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
- * number of classes (docs/PERFORMANCE.md, session 8). The extra class an
+ * number of classes (docs/PERFORMANCE.md). The extra class an
  * eighth past a power of two is for a common request, a power-of-two
  * payload plus a small header (a database page and its descriptor: 4 KiB
- * + a few hundred bytes, which the quarters would round to 5 KiB;
- * session 14). Requests above HAK_SMALL_MAX go to the large path.
+ * + a few hundred bytes, which the quarters would round to 5 KiB).
+ * Requests above HAK_SMALL_MAX go to the large path.
  *
  * Class 0 is no class: it is the tag of slabs not in use (zero-filled
  * memory means "not a block"), and its bin never holds a block, so
@@ -162,7 +162,7 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
  * holds size and whose size is a multiple of align (see alloc_aligned in
  * api/api.c), looked up in tables filled at init rather than searched on
  * every call (two scans over the classes cost posix_memalign 1.4x its
- * time; docs/PERFORMANCE.md, session 20). By log2 of the alignment and,
+ * time; docs/PERFORMANCE.md). By log2 of the alignment and,
  * up to HAK_TINY_MAX, the size in 16-byte steps (the classes kept for
  * aligned requests fall between malloc's there), above it the size's
  * class. 0: not filled yet (before init); HAK_ALIGNED_NONE: no class fits,

@@ -8,11 +8,11 @@
  * its top 16 bits, whichever list (bin, run, inbox) holds it. One word for
  * both is what makes it cheap: free writes one word of a block that is
  * usually not in the cache, and malloc reads and clears that same word. A
- * mark in a word of its own (the third, until session 22) made each of
- * them touch a second word of a line still on its way (docs/PERFORMANCE.md,
- * session 22). A program that writes into a freed block's first word (a
- * use after free) breaks the list there, as in any allocator that links
- * free blocks through them; but zero, a pointer or a small number there
+ * mark in a word of its own (the third) would make each of them touch a
+ * second word of a line still on its way (docs/PERFORMANCE.md). A
+ * program that writes into a freed block's first word (a use after free)
+ * breaks the list there, as in any allocator that links free blocks
+ * through them; but zero, a pointer or a small number there
  * now decodes to a non-canonical address, so the pop after the one that
  * takes the block faults at once, where a plain link would have cut the
  * list short or handed out whatever the program wrote.
