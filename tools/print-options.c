@@ -20,8 +20,9 @@
 
 /* One line for the README's table. The man page carries the full text
  * (the table's `meaning`); an option missing here shows its meaning up to
- * the first ';' or ':' instead. Kept out of options.c so that the library
- * does not carry it. */
+ * the first ';' or ':' instead, and an entry for an option this tree does
+ * not have is not used. Kept out of options.c so that the library does
+ * not carry it. */
 static const struct { const char *env, *summary; } summaries[] = {
     { "HAKMEM_FRONT", "front cache for tiny sizes (up to 1040 B); none = no per-thread bins" },
     { "HAKMEM_POOL", "Pool TLS cache for mid sizes (1041 B-256 KiB); none = no per-thread bins" },
@@ -36,6 +37,7 @@ static const struct { const char *env, *summary; } summaries[] = {
     { "HAKMEM_LARGE_CACHE_MB", "MiB of freed large spans kept (or a quarter of those in use)" },
     { "HAKMEM_DECAY_MS", "free memory idle this long goes back to the OS; 0 = no clock" },
     { "HAKMEM_TAG_WINDOW", "0 = every small free through the chunk map (testing)" },
+    { "HAKMEM_QUARANTINE_KB", "HAKMEM_SAFETY=hardened: KiB of freed blocks a thread keeps out of use" },
 };
 
 static char buf[32768];
