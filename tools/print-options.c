@@ -26,7 +26,7 @@
 static const struct { const char *env, *summary; } summaries[] = {
     { "HAKMEM_FRONT", "front cache for tiny sizes (up to 1040 B); none = no per-thread bins" },
     { "HAKMEM_POOL", "Pool TLS cache for mid sizes (1041 B-256 KiB); none = no per-thread bins" },
-    { "HAKMEM_SAFETY", "how frees are checked for ownership (see hakmem(3), docs/DESIGN.md)" },
+    { "HAKMEM_SAFETY", "how free and realloc check their pointer (hakmem(3), docs/DESIGN.md)" },
     { "HAKMEM_LARGE", "blocks above 256 KiB: cached = freed spans reused; direct = unmapped at free" },
     { "HAKMEM_SUPERSLAB", "pages = normal pages; hugepage = a 2 MiB page per SuperSlab" },
     { "HAKMEM_ON_ERROR", "what a bad free or realloc does" },
