@@ -26,7 +26,7 @@ void free_aligned_sized (void *ptr, size_t align, size_t size);
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 
-/* Where a request changes box (README, "Boxes"): up to HT_TINY_MAX the
+/* Where a request changes box (docs/DESIGN.md, "Boxes"): up to HT_TINY_MAX the
  * front cache's classes, up to HT_MID_MAX Pool TLS's, above it the large
  * path. Size generators split their ranges here so that each range's
  * checks exercise the box they name. */

@@ -3,7 +3,7 @@
 #include "hakmem-test.h"
 
 /* 300-1040: the tiny classes above 256 B, whose blocks are only 16-, 32-
- * or 64-byte aligned (README: size classes) */
+ * or 64-byte aligned (docs/DESIGN.md, "Size classes") */
 static const size_t sizes[] = { 0, 1, 100, 300, 500, 1000, 1040, 4096, 300000 };
 
 enum which { POSIX_MEMALIGN, ALIGNED_ALLOC, MEMALIGN };

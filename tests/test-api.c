@@ -78,8 +78,7 @@ overcommit_mode (void)
  * malloc gets ENOMEM from the kernel for it (the overcommit heuristic
  * refuses one mapping larger than both together), and so must hakmem,
  * rather than hand out a block the process is killed for touching
- * (hakmem's mappings were MAP_NORESERVE, which skips that check: found by
- * comparing the two under the same requests). */
+ * (a MAP_NORESERVE mapping would skip that check). */
 static void
 test_malloc_beyond_memory (void)
 {
@@ -126,7 +125,7 @@ stats_superslabs_released (void)
 /* A size no memory could satisfy is refused as it is: the caches stay.
  * (A refused mapping makes the thread's caches, empty runs and SuperSlabs
  * go back before one more try, api/pressure.c; for such a size, every
- * one of them was then mapped again: found by a review.) */
+ * one of them would then be mapped again for nothing.) */
 static void *
 huge_in_fresh_heap (void *arg)
 {

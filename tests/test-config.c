@@ -440,8 +440,8 @@ test_two_bogus (void)
 
 /* The decay period is compared as a 32-bit difference of milliseconds:
  * the largest valid value is accepted; one past it is refused with a
- * warning that says the range, and the default stays (3000000000 used to
- * tick on every miss). */
+ * warning that says the range, and the default stays (3000000000 would
+ * read as negative and tick on every miss). */
 static void
 test_decay_ms_range (void)
 {

@@ -114,8 +114,8 @@ test_decay_off_keeps_cache (void)
  * beyond a bound (32 MiB) back as their runs empty (in batches of at most
  * 8 MiB, backend/heap_runs.c), with no further
  * malloc and before any clock could: the clock only looks on misses, and
- * a program that frees 90% and goes on with other work used to keep it
- * all resident (fragment's final RSS). One block in ten stays live, so
+ * a program that frees 90% and goes on with other work would otherwise
+ * keep it all resident (fragment's final RSS). One block in ten stays live, so
  * no SuperSlab empties and goes to the pool, which purges on its own. */
 enum { DROP_BLOCKS = 1536, DROP_BLOCK = 64 * 1024 };   /* 96 MiB */
 enum { DROP_BOUND_MIB = 32, DROP_BATCH_MIB = 8, DROP_SLACK_MIB = 4 };   /* + a bin of 64 KiB blocks, rounding */
@@ -218,10 +218,9 @@ test_idle_cache_returned (void)
 
 /* The count of free slabs that bounds them (32 MiB) follows the clock's
  * purges: a heap whose free slabs never come near the bound makes no
- * purge as runs go back. The count once missed the clock's purges and
- * SuperSlabs leaving the heap, grew by each cycle's 14 MiB and, stuck
- * past the bound, had every run released purged at once (999 times in 40
- * of these cycles; found by a review). */
+ * purge as runs go back. A count that missed the clock's purges and
+ * SuperSlabs leaving the heap would grow by each cycle's 14 MiB and, stuck
+ * past the bound, have every run released purged at once. */
 enum { CYCLE_BLOCKS = 224, CYCLE_BLOCK = 64 * 1024, CYCLES = 12 };   /* 14 MiB a cycle */
 static void *cycle_blocks[CYCLE_BLOCKS];
 
@@ -260,8 +259,8 @@ test_bound_follows_purges (void)
 
 /* Runs a thread's exit kept for the thread that adopts its heap go back
  * once that thread has left them unused for a decay period, and their
- * pages with them: they used to stay with the adopter for good (2 MiB of
- * 16 KiB blocks here, 0 pages given back in 5 s; found by a review). The
+ * pages with them, rather than stay with the adopter for good (2 MiB of
+ * 16 KiB blocks here). The
  * class's current run (4 of those blocks) stays: a quarter of the pages
  * at most may remain. */
 enum { KEPT_BLOCKS = 128, KEPT_BLOCK = 16 * 1024 };
@@ -375,7 +374,7 @@ test_swinging_heap_keeps_slabs (void)
       ht_alloc_filled (swing, SWING_BLOCKS, SWING_BLOCK, c);
       tick_for (4, 5);   /* the crest */
       free_all (swing, SWING_BLOCKS);
-      tick_for (10, 5);  /* the trough: idle slabs used to be purged after two ticks */
+      tick_for (10, 5);  /* the trough: without the recent high, idle slabs would go after two ticks */
       size_t total, resident = resident_of (swing, SWING_BLOCKS, SWING_BLOCK, &total);
       g_test_message ("swing %d: %zu of %zu freed pages resident", c, resident, total);
       if (resident < total)
@@ -513,9 +512,8 @@ test_woken_heap_forgets_high (void)
 /* A thread that frees what it had at its crest and then sleeps (a worker
  * waiting on a queue) has no misses, so its heap's clock stops with the
  * slabs and empty SuperSlabs kept for its high: other heaps' ticks give
- * them back once it has been idle for a period. Before, 1,088 of the
- * 3,072 pages were still resident after 5 s of the main thread's ticks,
- * and would have been for as long as the thread slept. What its
+ * them back once it has been idle for a period; otherwise they stay
+ * resident for as long as the thread sleeps. What its
  * own cache holds stays with it (2 MiB of this class, 512 pages: no other
  * thread may touch a thread's bins). */
 static ht_stage sleeper = HT_STAGE_INIT;   /* 1: freed, sleeping; 2: may exit */

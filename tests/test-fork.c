@@ -628,9 +628,8 @@ test_fork_from_several_threads (void)
  * its span's header counted as a reader, backend/large.h) while the main
  * thread forks. The child frees large blocks with no cache, so each free
  * unmaps a span, which waits for the readers first: a count inherited
- * from a fork that landed in the parent's counted section made the child
- * wait for a thread it does not have (found by the suite: the child of
- * /fork/with-allocating-threads hung once). */
+ * from a fork that landed in the parent's counted section would make the
+ * child wait for a thread it does not have. */
 enum { ASKED_SIZE = 300 * 1024, ASKED_FORKS = 40 };
 static void *asked_block;
 

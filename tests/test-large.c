@@ -255,7 +255,8 @@ under_sanitizer_or_valgrind (void)
 /* A block above the small sizes maps the pages it reaches, not the rest of
  * its last 2 MiB chunk (backend/large.h): the page after the block's last
  * one is free for anyone to map, and a pointer into such a mapping is not
- * hakmem's. A 270,000-byte block used to map its whole chunk. */
+ * hakmem's. Mapping the whole chunk would cost a 270,000-byte block
+ * 2 MiB of address space and commit charge. */
 enum { SPAN_BLOCK = 270000 };
 
 static void
@@ -308,9 +309,9 @@ test_block_maps_only_its_pages (void)
 /* The page after a block's last one, mapped by someone else and made into
  * a glibc-style mmapped chunk, asked its size by another thread again and
  * again while the block is freed and its span unmapped (no cache): the
- * answer must come from glibc every time. hakmem once read the span's
- * header to tell, and read it as the span went away: it called the chunk
- * an interior pointer and aborted, or crashed (found by review). */
+ * answer must come from glibc every time. A span's header read as the
+ * span goes away (backend/large.h, readers) would call the chunk an
+ * interior pointer and abort, or crash. */
 enum { RACE_ROUNDS = 20000 };
 static unsigned char *_Atomic race_chunk;   /* the chunk's user pointer, or NULL between rounds */
 static atomic_int race_busy, race_stop;

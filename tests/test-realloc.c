@@ -255,8 +255,8 @@ test_doubling_no_slack (void)
  * run, not to the thread's bin. A 128 KiB block has a run of its own, so
  * its slabs are free for any class at once, and the next run the thread
  * needs (here one of 64 KiB blocks) is placed there, on pages already
- * touched. It used to wait in the bin for the next malloc of 128 KiB, and
- * runs held 4 such blocks (realloc_grow: 65 MiB peak against glibc's 49.5). */
+ * touched, rather than wait in the bin for the next malloc of 128 KiB
+ * (docs/PERFORMANCE.md, "realloc"). */
 static void
 test_moved_block_frees_its_run (void)
 {

@@ -1,5 +1,5 @@
 /* A run of a tiny class left with no block out stays with its class
- * (HAK_EMPTY_KEEP_SLABS slabs of them a heap, backend/heap.c): a program
+ * (HAK_EMPTY_KEEP_SLABS slabs of them a heap, backend/heap_int.h): a program
  * whose queue of blocks drains and fills again finds its own carved blocks
  * at the next crest instead of new runs; past the bound, emptied runs go
  * back to their SuperSlabs as before. Each case runs in a thread of its
@@ -178,7 +178,7 @@ test_kept_runs_go_back_when_heap_stays_smaller (void)
 
 /* A thread that empties runs and then sleeps has no clock of its own
  * running: other threads' ticks give back the runs it kept for their
- * classes (decay_idle_heap, heap_idle.c), as they purge its free slabs.
+ * classes (decay_idle_heap, heap_decay.c), as they purge its free slabs.
  * HAKMEM_DECAY_MS=1; the main thread keeps missing, so that its clock
  * ticks. Six runs emptied: all but the current one and the one or two
  * the sleeper's bin still holds blocks of go back (with no bins,

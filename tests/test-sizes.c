@@ -115,7 +115,7 @@ test_every_small_size (void)
 }
 
 /* The tiny classes between 256 B and 1 KiB that sit 16 or 32 bytes past
- * their quarter (README: size classes), the last of them the tiny/mid
+ * their quarter (docs/DESIGN.md, "Size classes"), the last of them the tiny/mid
  * edge. */
 static const size_t shifted_classes[] = { 400, 528, 672, 784, 928, 1040 };
 
@@ -204,9 +204,9 @@ test_usable_bound (void)
 
 /* A power-of-two payload plus a small header (a database page and its
  * descriptor) gets a block at most an eighth larger than the power of two
- * from 1 KiB up, not the next quarter: sqlite's page cache (4 KiB pages
- * with a descriptor of a few hundred bytes) went from 1.16 to 1.07 times
- * glibc's peak with that class (docs/PERFORMANCE.md). A free
+ * from 1 KiB up, not the next quarter, as sqlite's page cache asks (4 KiB
+ * pages with a descriptor of a few hundred bytes; docs/PERFORMANCE.md,
+ * "Size classes"). A free
  * block of a larger class may stand in for a few of them (the test
  * harness's own blocks: a fresh process keeps out those of the other
  * tests), so most, not all, must be of that class. */
@@ -700,7 +700,7 @@ test_realloc_grown_strings_resident_near_live (void)
 
 /* A new run goes where there is room in the heap's SuperSlabs before the
  * heap takes another one, however many of them are full or have only a
- * short stretch of free slabs (backend/heap.c keeps those with room in
+ * short stretch of free slabs (backend/heap_runs.c keeps those with room in
  * buckets by their longest free stretch). Runs of 112 KiB blocks are 7
  * slabs (16 blocks), so each SuperSlab they fill keeps a stretch of 3
  * free slabs; 20 KiB blocks have 1-slab runs of 3, which fit there. */

@@ -667,9 +667,9 @@ test_exited_heaps_adopted (void)
 /* A thread that allocates a little of many classes, frees it all and
  * exits, one after another: each one adopts the heap its predecessor left
  * and allocates from the runs that heap kept, with their blocks already
- * carved, instead of placing and touching new runs (every short-lived
- * thread used to make a run of every class it used: churn_threads held
- * 15 MiB for 300 KiB live). */
+ * carved, instead of placing and touching new runs (a run of every class
+ * each short-lived thread used; docs/PERFORMANCE.md, "Remote frees and
+ * idle heaps"). */
 /* 3 blocks a class: one run holds them for every class (from 16 KiB a
  * run is one slab, 3 blocks of 20 KiB), so that with HAKMEM_POOL=none,
  * where each free goes straight to its run, no run empties and goes back
@@ -752,8 +752,8 @@ stats_superslabs_acquired (void)
 /* A thread that leaves half of its blocks to the main thread and exits:
  * the free half sits in its heap's runs. When no thread has adopted that
  * heap for a decay period, a heap that needs memory takes those runs over
- * instead of mapping more (before, only a thread adopting the heap could
- * ever use that free half). */
+ * instead of mapping more: otherwise only a thread adopting the heap
+ * could ever use that free half. */
 enum { LEFT_BLOCKS = 16384, LEFT_SIZE = 1024 };   /* 16 MiB, half of it left live */
 static void *left_blocks[LEFT_BLOCKS];
 
@@ -892,8 +892,8 @@ test_borrowed_double_free (void)
 
 /* A thread that only frees a class (it consumes what another thread
  * allocates) keeps no blocks of it for mallocs it never makes: each time
- * its bin fills (8 blocks) it sends them all to their owner. It used to
- * keep 8 to 16 a class (producer_consumer's peak RSS, docs/PERFORMANCE.md). */
+ * its bin fills (8 blocks) it sends them all to their owner, rather than
+ * keep some of every class (docs/PERFORMANCE.md, "Thread caches"). */
 enum { CONSUMED_CLASSES = 20, CONSUMED_PER_CLASS = 100, FREE_ONLY_BATCH = 8 };
 static void *consumed[CONSUMED_CLASSES * CONSUMED_PER_CLASS];
 static gint consumer_done, stats_read;
@@ -918,10 +918,10 @@ stats_remote_frees (void)
 
 /* Blocks freed into the inbox of a heap whose thread has exited, and that
  * no thread adopted, go back to their runs when the thread that freed them
- * exits. Before, they waited for a thread that needs a new SuperSlab, and
- * an idle process kept them resident: two threads that freed each other's
- * blocks after their allocators exited left up to 900 MiB of 1 GiB
- * resident (found by a differential run against glibc). */
+ * exits. Otherwise they wait for a thread that needs a new SuperSlab, and
+ * an idle process keeps them resident: two threads that free each other's
+ * blocks after their allocators exited could leave most of them
+ * resident. */
 enum { ORPHAN_BLOCKS = 65536, ORPHAN_SIZE = 256 };   /* 16 MiB */
 static void *orphan_blocks[ORPHAN_BLOCKS];
 static pthread_barrier_t orphan_sync;
@@ -1009,9 +1009,9 @@ test_consumer_keeps_few_blocks (void)
 
 /* A thread that frees blocks of several heaps mixed (a consumer fed by
  * several producers) sends each batch with one push per owner: its flush
- * gathers the blocks by owner, where it used to push again at every
- * change of owner, so blocks of two heaps freed in turn took one push
- * (and one stretch for the owner's drain) each. */
+ * gathers the blocks by owner; a push at every change of owner would
+ * make blocks of two heaps freed in turn take one push (and one stretch
+ * for the owner's drain) each. */
 enum { MIXED_OWNERS = 2, MIXED_BLOCKS = 4096, MIXED_SIZE = 200 };
 static void *mixed[MIXED_OWNERS][MIXED_BLOCKS];
 static gint mixed_made, mixed_freed;
@@ -1068,10 +1068,9 @@ test_consumer_pushes_per_owner (void)
 }
 
 /* A refill carves about a page of new blocks at most: blocks carved but
- * never asked for stay resident for nothing. A new thread's 30 blocks of
- * 1000 bytes (then a 1008-byte class, 4 a page) used to carve 44. Only
+ * never asked for stay resident for nothing. Only
  * until the class has had HAK_CARVE_STREAK such refills in a row by
- * itself (backend/heap.c, carve_cap), after which it carves up to half a
+ * itself (backend/heap_refill.c, carve_cap), after which it carves up to half a
  * bin: 12 blocks of the 1040-byte class, 3 a page, take four refills. */
 enum { CARVED_WANTED = 12, CARVED_SIZE = 1000 };
 
@@ -1191,7 +1190,7 @@ test_growing_mid_class_refills_in_runs (void)
  * the 2000 here). A random mix keeps the one-page carve: its
  * classes' refills interleave, and carving ahead for each of them would
  * leave every class of the mix with blocks nobody asked for
- * (docs/PERFORMANCE.md). */
+ * (docs/PERFORMANCE.md, "Refill and carving"). */
 static void
 test_growing_tiny_class_alone_refills_in_runs (void)
 {
@@ -1202,7 +1201,7 @@ test_growing_tiny_class_alone_refills_in_runs (void)
 }
 
 /* A flush gives a bin's blocks back to their runs a slab at a time
- * (backend/heap.c). Three runs' worth of blocks freed interleaved, so
+ * (backend/heap_flush.c). Three runs' worth of blocks freed interleaved, so
  * that each flushed block starts a new stretch, then in allocation
  * order, so that stretches are long: each time every block must be back
  * on its run's free list exactly once. The first thread keeps one block

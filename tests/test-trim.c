@@ -85,8 +85,8 @@ test_trim_returns_pages_inside_runs (void)
 
 /* Blocks another thread freed into the heap of an exited thread that no
  * thread adopted wait in that heap's inbox, and the heap keeps its runs
- * for an adopter: trim takes both back. (Before, neither went until a
- * thread needed a new SuperSlab: 48 MiB stayed out and resident.) */
+ * for an adopter: trim takes both back, rather than leave them until a
+ * thread needs a new SuperSlab. */
 static void *
 fill_and_exit (void *arg)
 {

@@ -389,13 +389,9 @@ static void *move_block(void *p, size_t keep, size_t size) {
  * class only, while a run with no block left frees its slabs for any
  * class, and a run's free blocks can stand in for smaller classes
  * (refill_from_larger), a bin's cannot. The copy just made costs more
- * than the bin miss this may cause later. realloc_grow: peak RSS 57.2 ->
- * 49.6 MiB (glibc 49.5) for 2.8% more instructions when this began at
- * 1040 B; 10,000 strings grown by half up to 2 KiB (a session-20 sweep):
- * 24.2 -> 17.6 MiB (glibc 10.5, mimalloc 15.8) when it moved down to
- * 256 B, for another 2.8% on realloc_grow (docs/PERFORMANCE.md). Blocks
- * up to 256 B, which strings grown a few bytes at a time move often and
- * cheaply, keep the bin. */
+ * than the bin miss this may cause later (docs/PERFORMANCE.md,
+ * "realloc"). Blocks up to 256 B, which strings grown a few bytes at a
+ * time move often and cheaply, keep the bin. */
 static void free_moved(void *p, size_t old) {
     struct hak_tls *t = &hak_tls;
     if (old <= HAK_FINE_MAX || t->state != 1) {
@@ -418,8 +414,7 @@ static void *move_small(void *p, size_t old, size_t size) {
  * every class or two. A block asked to grow by half or more (a vector
  * doubling its capacity) gets what it asks: that program sizes its own
  * steps, and slack there would only be copied and kept resident
- * (realloc_grow: 16.7 -> 9.8 million instructions in memcpy, peak RSS
- * 68 -> 64 MiB; docs/PERFORMANCE.md). */
+ * (docs/PERFORMANCE.md, "realloc"). */
 static void *realloc_small(void *p, unsigned cls, size_t size) {
     size_t old = hak_class_size[cls];
     /* keep it in place unless it would waste three quarters */

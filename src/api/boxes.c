@@ -1,7 +1,7 @@
 /* The implementations of every box, by name (base/box.h). Adding one: its
  * file, its line in src/meson.build (or in meson.build's optional_boxes
  * with an on/off option), and its entry here. The order is the order
- * HAKMEM_VERBOSE and the README list them in. */
+ * HAKMEM_VERBOSE, the README and hakmem(3) list them in. */
 #include "api/init.h"
 #include "base/box.h"
 #include "base/options.h"

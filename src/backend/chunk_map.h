@@ -55,9 +55,9 @@ enum hak_chunk_kind {
 /* The tag window: the class tag of every page of one 16 GiB stretch of
  * address space, indexed by (p - hak_tag_window_base) >> 12, so that the
  * free hit path finds a block's tag with one load, not two (the chunk map's
- * entry, then that entry's row of hak_ss_tags): 45 instructions a
- * malloc+free pair instead of 50, and random_mixed about 15% faster
- * (docs/PERFORMANCE.md). The stretch is placed at init
+ * entry, then that entry's row of hak_ss_tags): one dependent load fewer
+ * on every free (docs/PERFORMANCE.md, "The hit paths"; the layout in
+ * docs/DESIGN.md, "The tag window"). The stretch is placed at init
  * (hak_tag_window_init) to end a little above where the kernel puts the
  * next mapping: mappings are handed out top-down, so the SuperSlabs of all
  * but a process with gigabytes of other mappings fall inside it. A

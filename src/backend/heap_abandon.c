@@ -23,9 +23,9 @@ struct hak_heap *hak_heap_acquire(void) {
  * already carved: the thread that adopts it next (often one just like the
  * one that exited) allocates from the same pages instead of carving new
  * runs elsewhere. Releasing them here made every short-lived thread place
- * and touch fresh runs: churn_threads peak RSS 15.7 -> 4.4 MiB
- * (docs/PERFORMANCE.md). Runs nobody adopts are released after a decay
- * period (scavenge_one). */
+ * and touch fresh runs (docs/PERFORMANCE.md, "Remote frees and idle
+ * heaps"). Runs nobody adopts are released after a decay period
+ * (scavenge_one). */
 void hak_heap_abandon(struct hak_heap *h) {
     hak_spin_lock(&h->lock);
     /* orphaned before the last drain: a thread pushing to the inbox from

@@ -40,13 +40,11 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * once a second kept its crest's slabs for two minutes). Once the heap
  * stays smaller for two epochs, the high falls to its new size and the rest
  * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap_runs.c).
- * realloc_grow, whose runs swing between 500 and 800 slabs about every
- * 100 ms, made about 210 madvise calls between 0.2 s and 1.4 s of its run
- * (2.9 per 100,000 operations); now none. With a 16-tick epoch, whose
- * high still fell step by step as the swings settled, 1.0 per 100,000.
- * A heap a new thread adopts starts with no high: the exited thread's
- * says nothing of what the new one needs (churn_threads kept 170 KiB
- * more with it, 30 runs each). */
+ * Two epochs, not a shorter one, so that the high of a heap whose swings
+ * settle does not fall step by step, a purge at each step
+ * (docs/PERFORMANCE.md, "Giving memory back"). A heap a new thread adopts
+ * starts with no high: the exited thread's says nothing of what the new
+ * one needs. */
 #define HAK_HIGH_EPOCH 64u
 
 /* Free slabs h keeps for its recent high (one tick): what that high had
@@ -137,8 +135,8 @@ static void release_purged_empty(struct hak_heap *h) {
  * thread waiting for its workers) stops its heap's clock: what the heap
  * keeps for its recent high, free slabs and empty SuperSlabs, would stay
  * resident and mapped, out of every other heap's reach, for as long as the
- * thread sleeps (an idle thread kept 36 MB resident and 100 MiB mapped
- * after freeing 96 MiB; before the high it was 8 MB after a second). So a
+ * thread sleeps (a thread that freed 96 MiB and blocked kept a third of it
+ * resident and all of it mapped). So a
  * tick also looks after another heap whose owner has had no miss for a
  * whole period (the test borrowing uses): the empty runs its flushes
  * kept for their classes go back to their SuperSlabs (not those a

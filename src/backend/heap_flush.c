@@ -8,8 +8,7 @@
  * frees in the order it allocated, or a bin refilled from one run) are
  * chained first and given to their run at once, so each block costs a
  * link and a compare, and the run's counts and state are seen once a
- * slab (a flush of 64-byte blocks freed in a row: 82 -> 18 instructions
- * a block, callgrind, with the block-start check it no longer repeats).
+ * slab (docs/PERFORMANCE.md, "Runs").
  * Blocks of SuperSlabs other heaps own go to those heaps' inboxes, one
  * push an owner (hak_send_add, heap_remote.c). */
 struct flush_run {

@@ -135,9 +135,8 @@ int hak_heap_absorb_abandoned(struct hak_heap *h);
 /* After a block went back to s: queue s if it is mostly free now (3/4 of
  * its carved blocks). Only partly used runs of blocks of
  * HAK_HOLLOW_MIN_BLOCK bytes and up qualify. The cheap part of the test
- * is inline, since every block a flush returns passes here: big_heap's
- * 64-byte blocks paid a call each (189 -> 209 instructions an op), and
- * 700-byte blocks freed in a row 23 a block for a call that said no. */
+ * is inline, since every block a flush returns passes here and most
+ * runs do not qualify: a call for each would cost more than the test. */
 #define HAK_HOLLOW_MIN_BLOCK 512u
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s);
 static inline int hak_slab_mostly_free(const struct hak_slab *s) {
@@ -174,15 +173,10 @@ void hak_slab_hollow_reset(struct hak_slab *s);
  * needed a run first, carved anew by a class of another block size, and
  * in the end every slab its classes ever passed through was wholly
  * resident (12-13 of them for 529-1,040 B blocks, against 6-7 of live
- * blocks). Kept, a class finds its own carved blocks at the next crest:
- * producer_consumer's peak 2,712 -> 2,604 KB (medians of 11 interleaved
- * runs; glibc 2,420), and its 1,040-byte class carved 237 blocks in a run
- * instead of 7,263. A bound, since a class kept to itself is memory no
- * other class may use: with none, realloc_grow's peak (vectors that
- * double, so classes that empty for good) went 49.6 -> 70.5 MB and
- * fragment's final RSS 158 -> 201 MB; with 8 slabs, 49.5 -> 50.2 and
- * 158.1 -> 158.4 (16: about twice that; docs/PERFORMANCE.md, session
- * 26). Tiny classes only: a mid class's run holds a few large blocks,
+ * blocks). Kept, a class finds its own carved blocks at the next crest.
+ * A bound, since a class kept to itself is memory no other class may use:
+ * classes that empty for good (vectors that double) would keep theirs
+ * (docs/PERFORMANCE.md, "Runs"). Tiny classes only: a mid class's run holds a few large blocks,
  * which Pool TLS bins keep already, and a program that frees such blocks
  * expects their slabs to serve any size. */
 #define HAK_EMPTY_KEEP_SLABS 8u

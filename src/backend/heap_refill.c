@@ -66,10 +66,9 @@ static unsigned take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * which); only the double-free check needs to know (it looks in the bins
  * of the classes a block can stand in for: safety/badfree.c). Without it, a class whose count
  * of live blocks drifts up (random sizes) or a phase that moves to larger
- * sizes faults in new runs while its neighbours' runs sit half empty:
- * random_mixed's peak RSS 8.8 -> 7.7 MiB, realloc_grow's 79 -> 63 MiB
- * (docs/PERFORMANCE.md). Current runs lend too: producer_consumer's
- * 3.2 -> 2.9 MiB (its 64 classes each had one run, none partial). */
+ * sizes faults in new runs while its neighbours' runs sit half empty.
+ * Current runs lend too: a class with fewer live blocks than a run holds
+ * has no partial run (docs/PERFORMANCE.md, "Refill and carving"). */
 #define HAK_LEND_MIN 4u   /* free blocks a current run needs to lend half of them */
 static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++) {
@@ -111,9 +110,8 @@ static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * carved would make every class of a random mix resident up to its
  * highest live count plus that batch. Carving happens only when no free
  * block is at hand, so a steady workload rarely pays the extra misses; a
- * growing one pays one miss per page of new blocks.
- * random_mixed peak RSS 7.4 -> 7.2 MiB at +0.05% instructions (callgrind,
- * docs/PERFORMANCE.md).
+ * growing one pays one miss per page of new blocks (docs/PERFORMANCE.md,
+ * "Refill and carving").
  * A page holds one or two mid blocks, so a program that only grows a mid
  * class (a page cache, a tree of buffers) would take a miss for nearly
  * every block: after HAK_CARVE_STREAK refills of the class in a row that
@@ -122,11 +120,10 @@ static unsigned refilled(struct hak_heap *h, unsigned cls, struct hak_bin *bin, 
  * pages, and only in a class that keeps growing.
  * A tiny class carves ahead only when the heap's last HAK_CARVE_STREAK
  * refills all had to carve and were all of that class (a loop that
- * builds one kind of object: 700-byte blocks 201 -> 132 instructions a
- * malloc+free). A random mix grows its classes together, each refill of
- * another class than the last, and keeps the one-page carve: carving
- * ahead for every class at its start left blocks in every class that it
- * never used (random_mixed's peak 6.6 -> 6.7 MiB). */
+ * builds one kind of object). A random mix grows its classes together,
+ * each refill of another class than the last, and keeps the one-page
+ * carve: carving ahead for every class at its start left blocks in every
+ * class that it never used. */
 #define HAK_CARVE_STREAK 4u
 #define HAK_CARVE_GROWN_PAGES 8u
 static inline int grows_alone(const struct hak_heap *h, unsigned cls) {
@@ -288,10 +285,10 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
  * lendable hint): a thread that set memory up and went on to something
  * else (a main thread waiting for its workers) never drains its inbox, and
  * its runs would fill with free blocks nobody may use while the threads
- * freeing them carve new ones (larson: 19.7 -> 15.6 MiB peak). Busy heaps
- * are left alone: borrowing from them only shuffles blocks between
- * threads that use them, at the price of remote frees (larson ran 12%
- * slower). The blocks stay that heap's: they go back to it when freed,
+ * freeing them carve new ones. Busy heaps are left alone: borrowing from
+ * them only shuffles blocks between threads that use them, at the price
+ * of remote frees (docs/PERFORMANCE.md, "Remote frees and idle heaps").
+ * The blocks stay that heap's: they go back to it when freed,
  * like any block a thread frees that another one allocated. Try-locks
  * only, and at most HAK_BORROW_SCAN heaps a call. */
 #define HAK_BORROW_SCAN 32u

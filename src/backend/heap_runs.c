@@ -171,10 +171,9 @@ void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss) {
  * *dirty as hak_ss_run_fit gives them): the place that covers the most
  * dirty slabs (see superslab.h) among the first HAK_RUN_FITS SuperSlabs
  * it fits in, shortest stretches first. In n's own bucket, where a
- * stretch may be too short, at most HAK_RUN_MISFITS are looked at. With
- * 8 fits, fragment's peak RSS was 213.6 MiB instead of 212.4 (225.6 when
- * one list was scanned in order): runs went on clean slabs while dirty
- * ones waited further on; with 32, 212.3. When that cut the scan short
+ * stretch may be too short, at most HAK_RUN_MISFITS are looked at. Fewer
+ * candidates put runs on clean slabs while dirty ones waited further on
+ * (docs/PERFORMANCE.md, "Runs"). When that cut the scan short
  * and no other bucket has room, the rest of n's bucket is looked at
  * before the heap takes a new SuperSlab (2 MiB, far dearer than a scan):
  * 16 SuperSlabs with 5 free slabs in a row hid one with 7 from a run of

@@ -13,12 +13,11 @@
 
 /* A span cut to size for a smaller block (hak_large_alloc) gives back the
  * pages its old block wrote past the new block's end when they come to
- * this much or more. GNU sort -S 30M frees its 30 MiB buffer, then takes
- * five 6 MiB ones: without the cut and this purge its peak RSS was 63,508
- * KiB, glibc's 32,564 (docs/PERFORMANCE.md). On another
- * input its buffers are 5 MiB + 32 B, which leaves 1,044,480 bytes past
- * each: at 1 MiB they stayed, 37,864 KiB against 33,892 at 512 KiB
- * (glibc 32,628). Spans taken whole keep their pages: a first
+ * this much or more: a program that frees a large buffer and then takes
+ * smaller ones (GNU sort -S) would otherwise keep the old block's written
+ * pages beside the new ones. 512 KiB, not 1 MiB, because buffers of
+ * 5 MiB + 32 B cut from a larger span leave just under 1 MiB each
+ * (docs/PERFORMANCE.md, "The large path"). Spans taken whole keep their pages: a first
  * version that purged on every reuse ran random sizes of 0.3-2 MiB at 0.4
  * of the speed. */
 #define HAK_LARGE_SLACK_MAX ((size_t)1 << 19)
@@ -252,9 +251,9 @@ static void cached_free(struct hak_large *h) {
 /* A cached span's pages go back once it has waited this many decay
  * periods: a large span is refaulted at about a microsecond a page, so a
  * program whose large sizes come back within a fraction of a second keeps
- * them (random sizes of 0.3-8 MiB, 8 live: a single period cost 29% of
- * the throughput for 5% less peak RSS; docs/PERFORMANCE.md),
- * and one that is done with them gets them back within about 0.3 s. */
+ * them (a single period cost far more throughput than it saved memory;
+ * docs/PERFORMANCE.md, "The large path"), and one that is done with them
+ * gets them back within about 0.3 s. */
 #define HAK_LARGE_IDLE_PERIODS 16u
 
 static unsigned cached_decay(uint32_t now, uint32_t period, unsigned max_calls) {

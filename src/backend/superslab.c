@@ -240,10 +240,9 @@ unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
      * its SuperSlab, for any class, only once all its blocks are free, and
      * its slabs can then serve any class; a free block inside a run in use
      * serves its own class only. When a program frees 90% of its blocks at
-     * random, that happens to 66% of 4-block runs but 18% of 16-block ones
-     * (fragment: 238 -> 215 MiB), and vectors that double by realloc leave
-     * each class's count swinging (realloc_grow: 4-block runs 65.4 MiB,
-     * these 57.2; fragment 214.4 -> 216.2; docs/PERFORMANCE.md). Classes
+     * random, that happens to 66% of 4-block runs but 18% of 16-block ones,
+     * and vectors that double by realloc leave each class's count swinging
+     * (docs/PERFORMANCE.md, "Runs"). Classes
      * laid over their run (above 64 KiB) keep one size, which their
      * block-start check (hak_class_run_check) assumes. */
     size_t n;

@@ -49,7 +49,7 @@ struct hak_option {
 /* The longest path a HAK_OPT_PATH option takes, NUL included. */
 #define HAK_OPT_PATH_MAX 1024
 
-/* What a boolean option accepts, for warnings and the README. */
+/* What a boolean option accepts, for warnings. */
 #define HAK_OPT_BOOL_VALUES "1, 0, yes, no, true, false, on or off, in any case"
 
 HAK_DATA struct hak_option hak_options[HAK_OPT_COUNT];

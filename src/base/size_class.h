@@ -14,15 +14,15 @@
  * the L2's, whose low index bits are the line's place in its page); 512 B
  * on 8, 768 B on 16, 384, 640 and 896 B on 32. A size 16 or 32 bytes past
  * the quarter makes a slab's blocks start on 55 to 64 lines (1040: 63,
- * 528: 55). random_mixed: 3-4% faster, the speed an unsafe prototype with
- * per-run colors had (docs/PERFORMANCE.md). The cost: those
+ * 528: 55), which gives random mixes what per-run cache colours gave,
+ * without their cost on free (docs/PERFORMANCE.md, "Size classes"). The cost: those
  * classes' blocks are 16- or 32-aligned, not naturally aligned, so
  * aligned requests from 257 B to 1 KiB take the quarters kept for them
  * (HAK_ALIGNED_FIRST), and a request of exactly 512 or 1024 bytes gets
  * 16 bytes more. Few classes above 256 B because each class
  * is carved to its own highest live count: on a random mix the sum of
  * those highs is what the heap keeps resident, and it falls with the
- * number of classes (docs/PERFORMANCE.md). The extra class an
+ * number of classes (docs/PERFORMANCE.md, "Size classes"). The extra class an
  * eighth past a power of two is for a common request, a power-of-two
  * payload plus a small header (a database page and its descriptor: 4 KiB
  * + a few hundred bytes, which the quarters would round to 5 KiB).
@@ -146,9 +146,9 @@ HAK_INLINE size_t hak_mid_bin_of(size_t n) {   /* HAK_TINY_MAX < n <= HAK_SMALL_
  * size, up to a slab, which memalign relies on; see alloc_aligned in
  * api/api.c). malloc's classes between 256 B and 1 KiB serve no aligned
  * request, so any class up to twice their size stands in for them: a
- * 400-byte block for a 320-byte one, a 528-byte one for 448. Allowed only
- * larger classes 64-aligned for 320 and 448 and 32-aligned for 672 and
- * 928, random_mixed's peak was 6,808 KB (6,672 since; glibc 6,040). */
+ * 400-byte block for a 320-byte one, a 528-byte one for 448: more free
+ * blocks stand in, and fewer new pages are carved (docs/PERFORMANCE.md,
+ * "Size classes"). */
 static inline int hak_class_stands_in(unsigned big, unsigned cls) {
     uint32_t want = hak_class_size[cls], have = hak_class_size[big];
     uint32_t align = cls > HAK_FINE_LAST && cls <= HAK_TINY_LAST ? HAK_ALIGNMENT : want & -want;
@@ -162,7 +162,7 @@ static inline int hak_class_stands_in(unsigned big, unsigned cls) {
  * holds size and whose size is a multiple of align (see alloc_aligned in
  * api/api.c), looked up in tables filled at init rather than searched on
  * every call (two scans over the classes cost posix_memalign 1.4x its
- * time; docs/PERFORMANCE.md). By log2 of the alignment and,
+ * time; docs/PERFORMANCE.md, "Size classes"). By log2 of the alignment and,
  * up to HAK_TINY_MAX, the size in 16-byte steps (the classes kept for
  * aligned requests fall between malloc's there), above it the size's
  * class. 0: not filled yet (before init); HAK_ALIGNED_NONE: no class fits,

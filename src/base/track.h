@@ -9,7 +9,8 @@
  * both is what makes it cheap: free writes one word of a block that is
  * usually not in the cache, and malloc reads and clears that same word. A
  * mark in a word of its own (the third) would make each of them touch a
- * second word of a line still on its way (docs/PERFORMANCE.md). A
+ * second word of a line still on its way (docs/PERFORMANCE.md, "The free
+ * mark"). A
  * program that writes into a freed block's first word (a use after free)
  * breaks the list there, as in any allocator that links free blocks
  * through them; but zero, a pointer or a small number there

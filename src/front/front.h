@@ -54,7 +54,7 @@ HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
  * and misses on every malloc (mid_large_mt 0.35x); bounded, a thread that
  * keeps using the class carves its own after the first few. Tiny classes
  * are left out: their misses are many and a page of their blocks is cheap.
- * Numbers in docs/PERFORMANCE.md. */
+ * Numbers in docs/PERFORMANCE.md, "Refill and carving". */
 #define HAK_STANDIN_MAX 8u
 /* Fixes hak_bin_limit of the tiny classes (tiny = 1) or of the mid ones
  * (tiny = 0) from their box's capacity, at init. */

@@ -72,7 +72,7 @@ static size_t os_page;   /* 0: not asked yet */
  * sysconf: it returns what the dynamic linker already holds, while
  * sysconf runs through a table in a part of libc's read-only data that
  * a program may never touch otherwise (a 64 KiB window of resident file
- * pages; docs/PERFORMANCE.md, sessions 23 and 25). */
+ * pages; docs/PERFORMANCE.md, "Process baseline"). */
 size_t hak_os_page_size(void) {
     size_t pg = __atomic_load_n(&os_page, __ATOMIC_RELAXED);
     if (!pg) {

@@ -11,10 +11,8 @@
  * only while the thread keeps missing, front/front.h). Deep enough that a
  * class's bin rides out the ups and downs of a random mix of sizes without
  * flushing: every flush sends blocks back to their runs, and the refills
- * that follow bring other, colder blocks, or carve new ones. On
- * mid_large_mt 1 16000000 256 42, 512 KiB a class (at most 64 blocks) made
- * 25,000 refills per 4 million pairs; 2 MiB makes 51, runs faster and
- * touches less memory (peak RSS 9.4 -> 5.3 MiB), see docs/PERFORMANCE.md. */
+ * that follow bring other, colder blocks, or carve new ones: smaller bins
+ * were both slower and larger (docs/PERFORMANCE.md, "Thread caches"). */
 static uint32_t pool_capacity(unsigned cls) {
     uint32_t n = (2048u << 10) / hak_class_size[cls];
     return n < 4 ? 4 : n > 128 ? 128 : n;
