@@ -101,11 +101,11 @@ def discover_peers(ldcache=None, dirs=None):
     glibc), missing (why it cannot run, or None)."""
     if ldcache is None:
         ldcache = ldconfig_paths()
-    out = [dict(name="glibc", kind="peer", preload=None, env={}, missing=None)]
+    out = [new_row("glibc", "peer")]
     for name in PEERS[1:]:
         path = find_peer(name, ldcache, dirs)
-        out.append(dict(name=name, kind="peer", preload=path, env={},
-                        missing=None if path else peer_missing_message(name)))
+        out.append(new_row(name, "peer", path,
+                           missing=None if path else peer_missing_message(name)))
     return out
 
 
@@ -486,13 +486,11 @@ def resolve_rows(args, ldcache=None, peer_libdirs=None):
     elif not os.path.isfile(hlib):
         hmiss, hlib = f"no such library: {hlib}", None
     if "hakmem" in args.selected:
-        rows.append(dict(name="hakmem", kind="hakmem", preload=hlib, env={}, missing=hmiss))
+        rows.append(new_row("hakmem", "hakmem", hlib, missing=hmiss))
     for name, env in args.withs:
-        rows.append(dict(name=name, kind="with", preload=hlib, env=env, missing=hmiss))
+        rows.append(new_row(name, "with", hlib, env, missing=hmiss))
     for name, path in args.libs:
-        rows.append(dict(name=name, kind="lib", preload=path, env={}, missing=None))
-    for r in rows:
-        r["required"] = r["kind"] != "peer" or r["name"] == "glibc"
+        rows.append(new_row(name, "lib", path))
     return rows
 
 
@@ -522,6 +520,25 @@ def file_digest(path):
     except OSError:
         return None
     return h.hexdigest()
+
+
+def add_round(row, hf, rss_kb=None, digest=None):
+    """Adds one round (a hyperfine JSON result of one timed run) to a row."""
+    row["rounds"].append(hf)
+    row["times"] += hf.get("times", [])
+    row["exit_codes"] += hf.get("exit_codes", [])
+    row["user_sys"].append((hf.get("user") or 0.0) + (hf.get("system") or 0.0))
+    if rss_kb is not None:
+        row["rss_kb"].append(rss_kb)
+    if digest is not None:
+        row["digests"].append(digest)
+
+
+def new_row(name, kind, preload=None, env=None, missing=None):
+    return dict(name=name, kind=kind, preload=preload, env=env or {}, missing=missing,
+                required=kind != "peer" or name == "glibc",
+                status="missing" if missing else "ok", message=missing or "",
+                times=[], user_sys=[], rss_kb=[], exit_codes=[], digests=[], rounds=[])
 
 
 def row_metrics(row):
@@ -655,7 +672,7 @@ def report(rows, meta, outdir):
     outdir.mkdir(parents=True, exist_ok=True)
     keep = ("name", "kind", "preload", "env", "status", "message", "check", "command",
             "hyperfine_command", "times", "user_sys", "rss_kb", "exit_codes", "digests",
-            "metrics")
+            "rounds", "metrics")
     (outdir / "results.json").write_text(json.dumps(
         {"meta": meta, "results": [{k: r.get(k) for k in keep} for r in rows]}, indent=1))
     write_csv(outdir / "results.csv", rows)
@@ -699,7 +716,6 @@ def run_compare(args, cmd, rows, tmpdir):
             inner = [TIME_PROGRAM, "-q", "-a", "-o", str(r["dir"] / "rss"), "-f",
                      RSS_MARK + " %M"] + inner
         r["command"] = shlex.join(inner)
-        r.update(times=[], user_sys=[], rss_kb=[], exit_codes=[], digests=[], rounds=[])
 
     def run_one(r, rnd):
         rss_file = r["dir"] / "rss"
@@ -717,15 +733,8 @@ def run_compare(args, cmd, rows, tmpdir):
             log(f"{head} {res['status']}: {res['message']}")
             return
         hf = res["hyperfine"]
-        r["rounds"].append(hf)
-        r["times"] += hf.get("times", [])
-        r["exit_codes"] += hf.get("exit_codes", [])
-        r["user_sys"].append((hf.get("user") or 0.0) + (hf.get("system") or 0.0))
         rss = read_rss(rss_file) if have_time else None
-        if rss is not None:
-            r["rss_kb"].append(rss)
-        if out_file is not None:
-            r["digests"].append(file_digest(out_file))
+        add_round(r, hf, rss, file_digest(out_file) if out_file is not None else None)
         codes = hf.get("exit_codes") or []
         log(f"{head} {fmt(hf.get('median'), '.3f')} s  "
             + (f"{rss / 1024:8.1f} MiB" if rss is not None else "  RSS n/a")
@@ -758,7 +767,6 @@ def main(argv=None):
         return 2
     rows = resolve_rows(args)
     for r in rows:
-        r.update(status="missing" if r["missing"] else "ok", message=r["missing"] or "")
         if r["missing"]:
             log(f"hakmem compare: {r['name']}: skipped: {r['missing']}")
     command = shlex.join(cmd)
@@ -787,7 +795,7 @@ def main(argv=None):
     if m.get("best_peer"):
         print(f"best peer: {m['best_peer']} (time); leanest peer: {m['leanest_peer']} (peak RSS); "
               "spread: (max - min) / median of the runs' wall time")
-    bad = [r for r in rows if r["check"] != "ok" and r["check"] != "missing"]
+    bad = [r for r in rows if r["check"] not in ("ok", "missing")]
     if args.out:
         files = report(rows, meta, args.out)
         log(f"hakmem compare: wrote {', '.join(files)} in {args.out}")
