@@ -129,20 +129,29 @@ def clean_environ(locale_c=True):
     return env
 
 
+def kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_with_timeout(argv, env, timeout, cwd=None):
-    """subprocess.run in its own process group, killed as a group on timeout."""
+    """subprocess.run in its own process group, killed as a group on timeout,
+    and on Ctrl-C, which the group, in its own session, does not receive."""
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err, False
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc)
         out, err = proc.communicate()
         return None, out, err, True
+    except BaseException:
+        kill_group(proc)
+        proc.wait()
+        raise
 
 
 def median(xs):
@@ -396,10 +405,16 @@ def parse_args(argv):
         description="Run CMD under glibc, mimalloc, jemalloc, tcmalloc (those installed) and "
                     "hakmem, interleaved, with hyperfine; print median wall time, user+sys, "
                     "peak RSS, ratios and spread; check every run's exit status (and stdout "
-                    "with --check-output) against glibc's.")
+                    "with --check-output) against glibc's.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 when every row ran like glibc's, 1 when a run failed or "
+               "differed\n(or hakmem could not run), 2 on a usage error. A peer that is "
+               "not installed\nis skipped. See hakmem(1).\n\nexamples:\n"
+               "  hakmem compare --runs 5 --out /tmp/cmp -- sort -S 30M big.txt\n"
+               "  hakmem compare --check-output --with nofront=HAKMEM_FRONT=none -- ./my_prog")
     p.add_argument("-h", "--help", action="store_true", help="show this help")
-    p.add_argument("--runs", type=int, default=5, help="timed runs per allocator (default 5)")
-    p.add_argument("--warmup", type=int, default=1,
+    p.add_argument("--runs", type=int, default=5, metavar="N", help="timed runs per allocator (default 5)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="untimed runs per allocator before the first (default 1)")
     p.add_argument("--prepare", metavar="CMD", default=None,
                    help="shell command run before each timed run (hyperfine --prepare)")
@@ -417,7 +432,7 @@ def parse_args(argv):
                    help="also compare each run's stdout with glibc's")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write results.json, results.csv, results.md and results.png there")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="seconds allowed per run (default: none)")
     if "--" in argv:
         i = argv.index("--")
@@ -774,8 +789,12 @@ def main(argv=None):
     log(f"hakmem compare: {command}")
     log(f"  {args.runs} runs + {args.warmup} warm-up per allocator, interleaved; "
         + ", ".join(r["name"] for r in rows if r["status"] == "ok"))
-    with tempfile.TemporaryDirectory(prefix="hakmem-compare-") as tmpdir:
-        have_rss = run_compare(args, cmd, rows, tmpdir)
+    try:
+        with tempfile.TemporaryDirectory(prefix="hakmem-compare-") as tmpdir:
+            have_rss = run_compare(args, cmd, rows, tmpdir)
+    except KeyboardInterrupt:
+        log("hakmem compare: interrupted")
+        return 130
     if not have_rss:
         log(f"hakmem compare: {TIME_PROGRAM} not found: no peak RSS (apt-get install time)")
     for r in rows:
