@@ -1,4 +1,4 @@
-"""Tests of `hakmem compare` (tools/hakmem_compare.py and the launcher).
+"""Tests of `hakmem compare` (tools/hakmem_compare/ and the launcher).
 
     python3 -m unittest discover -s tools -p 'test_*.py'
     meson test -C build --suite compare
@@ -22,18 +22,18 @@ from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import hakmem_compare as hc  # noqa: E402
+from hakmem_compare import cli, peers, report  # noqa: E402
 
 HAVE_HYPERFINE = shutil.which("hyperfine") is not None
-HAKMEM_LIB = os.environ.get("HAKMEM_LIB") or hc.default_hakmem_lib()
+HAKMEM_LIB = os.environ.get("HAKMEM_LIB") or cli.default_hakmem_lib()
 
 
 def some_library():
     """A shared library that is harmless to preload: stands in for a peer."""
-    path = hc.ldconfig_paths().get("libm.so.6")
+    path = peers.ldconfig_paths().get("libm.so.6")
     if path and os.path.exists(path):
         return path
-    for d in hc.peer_dirs():
+    for d in peers.peer_dirs():
         if os.path.exists(os.path.join(d, "libm.so.6")):
             return os.path.join(d, "libm.so.6")
     return None
@@ -43,14 +43,14 @@ def compare(argv):
     """main(argv) -> (exit status, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = hc.main(argv)
+        rc = cli.main(argv)
     return rc, out.getvalue(), err.getvalue()
 
 
 class Options(unittest.TestCase):
     def test_all_options(self):
         with tempfile.NamedTemporaryFile(suffix=".so") as lib:
-            _, a, cmd = hc.parse_args([
+            _, a, cmd = cli.parse_args([
                 "--runs", "3", "--warmup", "0", "--prepare", "sync; true",
                 "--with", "nofront=HAKMEM_FRONT=none,HAKMEM_POOL=none",
                 "--with", "x=A=b=c", "--lib", f"old={lib.name}", "--check-output",
@@ -67,11 +67,11 @@ class Options(unittest.TestCase):
             self.assertEqual(a.selected, ["glibc", "hakmem"])
 
     def test_defaults_and_command_without_double_dash(self):
-        _, a, cmd = hc.parse_args(["--runs", "2", "sort", "-S", "30M", "f"])
+        _, a, cmd = cli.parse_args(["--runs", "2", "sort", "-S", "30M", "f"])
         self.assertEqual(cmd, ["sort", "-S", "30M", "f"])
         self.assertEqual((a.runs, a.warmup, a.check_output, a.out), (2, 1, False, None))
-        self.assertEqual(a.selected, hc.BUILTIN)
-        _, a, _ = hc.parse_args(["true"])
+        self.assertEqual(a.selected, cli.BUILTIN)
+        _, a, _ = cli.parse_args(["true"])
         self.assertEqual(a.runs, 5)
 
     def test_errors(self):
@@ -93,8 +93,8 @@ class Options(unittest.TestCase):
         ]
         for argv in bad:
             with self.subTest(argv=argv):
-                with self.assertRaises(hc.UsageError):
-                    hc.parse_args(argv)
+                with self.assertRaises(cli.UsageError):
+                    cli.parse_args(argv)
                 rc, out, err = compare(argv)
                 self.assertEqual(rc, 2)
                 self.assertIn("hakmem compare:", err)
@@ -111,8 +111,8 @@ class Options(unittest.TestCase):
 class Peers(unittest.TestCase):
     def test_missing_peer_names_debian_package(self):
         with tempfile.TemporaryDirectory() as empty:
-            rows = hc.discover_peers(ldcache={}, dirs=[empty])
-        self.assertEqual([r["name"] for r in rows], hc.PEERS)
+            rows = cli.discover_peers(ldcache={}, dirs=[empty])
+        self.assertEqual([r["name"] for r in rows], peers.PEERS)
         self.assertIsNone(rows[0]["missing"])           # glibc is always there
         msgs = {r["name"]: r["missing"] for r in rows[1:]}
         self.assertEqual(msgs["mimalloc"],
@@ -123,21 +123,21 @@ class Peers(unittest.TestCase):
     def test_peer_found_in_dir_and_cache(self):
         with tempfile.TemporaryDirectory() as d:
             Path(d, "libjemalloc.so.2").write_bytes(b"")
-            rows = {r["name"]: r for r in hc.discover_peers(
+            rows = {r["name"]: r for r in cli.discover_peers(
                 ldcache={"libmimalloc.so.2": os.path.join(d, "libjemalloc.so.2")}, dirs=[d])}
             self.assertEqual(rows["jemalloc"]["preload"], os.path.join(d, "libjemalloc.so.2"))
             self.assertEqual(rows["mimalloc"]["preload"], os.path.join(d, "libjemalloc.so.2"))
             self.assertIsNotNone(rows["tcmalloc"]["missing"])
 
     def test_missing_hakmem_is_a_failure(self):
-        _, a, _ = hc.parse_args(["--allocators", "glibc,hakmem", "--with", "n=A=1",
+        _, a, _ = cli.parse_args(["--allocators", "glibc,hakmem", "--with", "n=A=1",
                                  "--hakmem-lib", "/nonexistent/libhakmem.so", "--", "true"])
-        rows = hc.resolve_rows(a, ldcache={}, peer_libdirs=[])
+        rows = cli.resolve_rows(a, ldcache={}, peer_libdirs=[])
         self.assertEqual([r["status"] for r in rows], ["ok", "missing", "missing"])
         for r in rows[1:]:
             self.assertIn("/nonexistent/libhakmem.so", r["message"])
         rows[0]["status"] = "missing"   # glibc not run either: nothing to judge by
-        hc.add_checks(rows, False)
+        report.add_checks(rows, False)
         self.assertEqual(rows[1]["check"], "missing (required)")
 
 
@@ -148,13 +148,13 @@ class Report(unittest.TestCase):
         data = json.loads((HERE / "test_compare_hyperfine.json").read_text())
         self.rows = []
         for spec in data["rows"]:
-            row = hc.new_row(spec["name"], spec["kind"])
+            row = report.new_row(spec["name"], spec["kind"])
             for hf, rss in zip(spec["rounds"], spec["rss_kb"]):
-                hc.add_round(row, hf["results"][0], rss)
-            row["metrics"] = hc.row_metrics(row)
+                report.add_round(row, hf["results"][0], rss)
+            row["metrics"] = report.row_metrics(row)
             self.rows.append(row)
-        hc.add_checks(self.rows, False)
-        hc.add_ratios(self.rows)
+        report.add_checks(self.rows, False)
+        report.add_ratios(self.rows)
         self.by = {r["name"]: r for r in self.rows}
 
     def m(self, name):
@@ -189,14 +189,14 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual(self.m("glibc")["time_vs_glibc"], 1.0)
 
     def test_table_and_files(self):
-        table = hc.text_table(self.rows)
+        table = report.text_table(self.rows)
         line = next(x for x in table.splitlines() if x.startswith("hakmem "))
         for cell in ("0.720 s", "0.670 s", "12.0 MiB", "0.65", "0.80", "1.20", "ok"):
             self.assertIn(cell, line)
         self.assertIn("exit 0/1; glibc exits 0", table)
         meta = {"command": "prog arg", "runs": 3, "warmup": 1, "date": "today"}
         with tempfile.TemporaryDirectory() as d:
-            files = hc.report(self.rows, meta, d)
+            files = report.report(self.rows, meta, d)
             self.assertEqual(files[:3], ["results.json", "results.csv", "results.md"])
             with open(Path(d, "results.csv")) as f:
                 recs = {r["allocator"]: r for r in csv.DictReader(f)}
@@ -215,7 +215,7 @@ class Report(unittest.TestCase):
             r["digests"] = ["a"] * 3
         self.by["jemalloc"]["digests"] = ["a", "b", "a"]
         self.by["mimalloc"]["digests"] = ["b"] * 3
-        hc.add_checks(self.rows, True)
+        report.add_checks(self.rows, True)
         self.assertEqual(self.by["hakmem"]["check"], "ok")
         self.assertEqual(self.by["mimalloc"]["check"], "stdout differs from glibc's")
         self.assertEqual(self.by["jemalloc"]["check"],
@@ -259,8 +259,8 @@ class Runs(unittest.TestCase):
         cmd = ["sh", "-c", 'case "${LD_PRELOAD:-}" in *libm*) echo other;; *) echo same;; esac']
         with tempfile.TemporaryDirectory() as d:
             os.symlink(lib, os.path.join(d, "libmimalloc.so.2"))
-            with mock.patch.object(hc, "ldconfig_paths", return_value={}), \
-                    mock.patch.object(hc, "peer_dirs", return_value=[d]):
+            with mock.patch.object(peers, "ldconfig_paths", return_value={}), \
+                    mock.patch.object(peers, "peer_dirs", return_value=[d]):
                 rc, out, err, rows = self.run_compare(
                     ["--allocators", "glibc,mimalloc,jemalloc", "--check-output"], cmd)
                 rc2, _, _, rows2 = self.run_compare(["--allocators", "glibc,mimalloc"], cmd)
@@ -290,7 +290,7 @@ class Runs(unittest.TestCase):
         self.assertIn("LD_PRELOAD=" + HAKMEM_LIB, rows["hakmem"]["command"])
         for r in rows.values():
             self.assertEqual(len(r["times"]), 2)
-            if os.access(hc.TIME_PROGRAM, os.X_OK):
+            if os.access(cli.TIME_PROGRAM, os.X_OK):
                 self.assertEqual(len(r["rss_kb"]), 2)
                 self.assertGreater(r["metrics"]["peak_rss_kb"], 1000)
         self.assertIn("--prepare", rows["hakmem"]["hyperfine_command"])
