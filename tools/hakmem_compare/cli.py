@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .output import fmt, log
 from . import peers
+from .output import fmt, log
 from .report import add_checks, add_ratios, add_round, new_row, report, row_metrics, text_table
 from .run import clean_environ, run_hyperfine, run_interleaved, shell_cmd
 
@@ -26,15 +26,11 @@ from .run import clean_environ, run_hyperfine, run_interleaved, shell_cmd
 # that the command's stdout and stderr stay the command's.
 RSS_MARK = "hakmem-compare-maxrss-kb"
 
-
 TIME_PROGRAM = "/usr/bin/time"
-
 
 BUILTIN = peers.PEERS + ["hakmem"]
 
-
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
-
 
 VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -10,13 +10,11 @@ import subprocess
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 
-
 PEER_SONAMES = {
     "mimalloc": ["libmimalloc.so.2", "libmimalloc.so"],
     "jemalloc": ["libjemalloc.so.2", "libjemalloc.so"],
     "tcmalloc": ["libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so"],
 }
-
 
 # Debian 12 packages that ship the libraries above.
 PEER_DEBIAN_PACKAGES = {

@@ -16,7 +16,6 @@ COLORS = {
     "hakmem": "#e15759",
 }
 
-
 EXTRA_COLORS = ["#f28e2b", "#edc948", "#76b7b2", "#d37295", "#bab0ac", "#ff9d9a", "#b07aa1"]
 
 
