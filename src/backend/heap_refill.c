@@ -9,8 +9,8 @@
 static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     void *first = s->free, *last = first, *next;
     unsigned got = 1;
-    while (got < want && (next = hak_link_get(last)) != NULL) { last = next; got++; }
-    s->free = hak_link_get(last);
+    while (got < want && (next = hak_list_get(last)) != NULL) { last = next; got++; }
+    s->free = hak_list_get(last);
     s->nfree -= got;
     hak_link_set(last, bin->head);
     bin->head = first;
@@ -22,6 +22,9 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
  * touched before the program asks for it), else up to want of them. */
 static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned got;
+    /* a link that failed its check (base/link_guard.h) ended the list
+     * early: the blocks past it are lost, not handed out */
+    if (HAK_UNLIKELY(s->nfree && !s->free)) s->nfree = 0;
     if (!s->nfree) {
         got = hak_slab_take_hollow(s, bin, want);   /* their pages fault back in */
     } else if (!bin->head && s->nfree <= bin->room) {
