@@ -332,6 +332,25 @@ static void *hard_realloc(const struct hak_hardened_ops *hd, void *p, enum hak_p
         hd->arm(p, size, usable, 0);
         return p;
     }
+    if (large && need > HAK_SMALL_MAX) {
+        /* stays large: resized by the large box (mremap), guard page moved */
+        need = hd->large_need(size);
+        if (need == SIZE_MAX) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        struct hak_large *h = info->large;
+        hd->disarm_large(p, usable);
+        int saved = errno;
+        void *q = hak_large_realloc(h, need);
+        if (!q && worth_retrying(need) && (q = hak_large_realloc(h, need))) errno = saved;
+        if (!q) {
+            hd->arm(p, old, usable, 1);
+            return NULL;
+        }
+        hd->arm(q, size, block_usable(q), 1);
+        return q;
+    }
     void *q = hard_alloc(hd, size, 0);
     if (!q) return NULL;
     memcpy(q, p, old < size ? old : size);
@@ -616,6 +635,12 @@ static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, s
     case HAK_PTR_LARGE: usable = info.large->usable; break;
     case HAK_PTR_FOREIGN: __libc_free(p); return;   /* the C library's block: its size is its business */
     default: return;
+    }
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL)) {
+        /* the hardened box records the request: the size must not exceed it */
+        usable = hd->check(op, p, usable, k == HAK_PTR_LARGE);
+        if (usable == SIZE_MAX) return;
     }
     char reason[96];
     if (aligned && (!is_pow2(align) || ((uintptr_t)p & (align - 1)))) {

@@ -12,7 +12,8 @@
  *   [C - 8, C)      the next block's head guard, keyed by its address
  * so an overflow of up to 16 bytes lands in the canary or the size word
  * and an underflow in the head guard; both are checked at free, realloc
- * and malloc_usable_size. A large block ends the same way, followed by an
+ * and malloc_usable_size. (A block that starts a page accepts a head
+ * guard of zero: the free blocks before it may have gone hollow.) A large block ends the same way, followed by an
  * inaccessible guard page (the last page of its span), so an overflow
  * that runs on faults. Freed small blocks wait in a per-thread quarantine
  * (HAKMEM_QUARANTINE_KB) filled with a pattern, checked when they leave
@@ -152,7 +153,11 @@ static size_t check(const char *op, void *p, size_t usable, int large) {
             hak_report_bad(op, p, HAK_REASON_OVERFLOW);
             return SIZE_MAX;
         }
-    if (has_head_guard(p, large) && *(const word64 *)(c - 8) != key_of(p, USE_HEAD)) {
+    /* a head guard on a page of its own reads zero once the free blocks
+     * before it went hollow (backend/heap_hollow.c gives their pages back) */
+    uint64_t head;
+    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != key_of(p, USE_HEAD) &&
+        !(head == 0 && !((uintptr_t)p & (HAK_PAGE_SIZE - 1)))) {
         hak_report_bad(op, p, HAK_REASON_UNDERFLOW);
         return SIZE_MAX;
     }
