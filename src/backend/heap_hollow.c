@@ -200,7 +200,7 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
         /* the link carries the free mark, which a block in a bin needs: a
          * second free of it would otherwise pass the hit path's check (its
          * tag is normal again once the run has no hollow block left) */
-        hak_link_set(b, head);
+        hak_list_set(b, head);
         head = b;
         got++;
     }

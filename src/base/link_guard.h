@@ -1,9 +1,10 @@
 /* The links of the backend's free lists (runs' free lists, heaps'
- * inboxes), as opposed to those of the threads' bins, which the hit paths
- * read and write plainly (base/track.h, api/fastpath.h).
+ * inboxes, and the chains it builds for and takes from bins), as opposed
+ * to the hit paths' own pops and pushes (base/track.h, api/fastpath.h).
  *
  * With hak_link_key 0 (every safety box but hardened) a list link is a
- * bin link. The hardened box sets a random key at init: a link is then
+ * plain link, as the hit paths read and write it. The hardened box, which
+ * sets a key, gives bins no room: the hit paths never see a keyed link. The hardened box sets a random key at init: a link is then
  * stored XORed with a key derived from the block's address (so the free
  * mark, HAK_FREE_TAG in the top 16 bits, stays where base/track.h puts
  * it), and the block's third 32-bit word holds a check of the stored link

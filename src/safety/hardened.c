@@ -34,35 +34,40 @@
 
 #include <string.h>
 
-#define HARD_CANARY_MAX 64u     /* canary bytes written and checked past a request */
-#define HARD_FILL_MAX 4096u     /* bytes of a quarantined block filled and checked */
-#define HARD_STASH 4u           /* free blocks of a class a thread picks from */
+#define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
+#define HARD_FILL_MAX 1024u     /* bytes of a quarantined block filled and checked */
+#define HARD_STASH 8u           /* free blocks of a class a thread picks from */
+#define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
+#define HARD_RETURN 16u         /* blocks leaving the quarantine sent back at once */
 #define HARD_SMALL_TAIL 24u     /* canary (8 at least), size word, next head guard */
 #define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
 
 static uint64_t secret;
+/* what a quarantined block is filled with (a byte, so that libc's memset
+ * and memcmp, vectorised, do the work), and a block's worth of it */
+static unsigned char fill_byte;
+static unsigned char fill_image[HARD_FILL_MAX];
 
-/* keys for each use of the secret, so that one leaked value tells nothing
- * of the others */
-static inline uint64_t key_of(const void *p, uint64_t use) {
-    return hak_mix64((uintptr_t)p ^ secret ^ use);
+/* A block's key, from which its canary, size check, head guard and marks
+ * derive; one mix per call that needs any of them. */
+static inline uint64_t block_key(const void *p) {
+    return hak_mix64((uintptr_t)p ^ secret);
 }
-#define USE_CANARY 0x63616e617279ull
-#define USE_SIZE 0x73697a65ull
-#define USE_HEAD 0x68656164ull
-#define USE_QUAR 0x71756172ull
-#define USE_STASH 0x7374617368ull
-#define USE_FILL 0x66696c6cull
+#define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
+#define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
+#define STASH_OF(k) ((k) ^ 0x737461736873ull)
 
+typedef uint64_t __attribute__((may_alias, aligned(1))) word_any;
 typedef uint64_t __attribute__((may_alias)) word64;
 
 struct hard_thread {
     uint64_t rng;
     size_t quar_bytes;
-    unsigned quar_head, quar_count;
+    unsigned quar_head, quar_count, nreturn;
     uint8_t nstash[HAK_NCLASS];
     void *stash[HAK_NCLASS][HARD_STASH];
+    void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
     uintptr_t quar[HARD_QUAR_SLOTS];   /* block | class << 56 */
 };
 
@@ -82,6 +87,8 @@ static void hard_init(void) {
                       (uintptr_t)&secret);
     }
     secret = s | 1;
+    fill_byte = (unsigned char)(hak_mix64(secret ^ 0x66696c6cull) | 1);
+    memset(fill_image, fill_byte, sizeof fill_image);
     hak_link_bad = hard_link_bad;
     hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
 }
@@ -99,28 +106,35 @@ static size_t large_need(size_t size) {
 
 /* ---- the guards ------------------------------------------------------- */
 
-/* The first bytes past a small block's request and its size word: where
- * the size word ends (C - 8), or for a large block where the guard page
- * begins. */
+/* Where a small block's size word ends (C - 8), or where a large block's
+ * guard page begins. */
 static inline size_t guard_end(size_t usable, int large) {
     return large ? usable - HAK_PAGE_SIZE : usable - 8;
 }
 
 /* 1 when block p has a slot before it in its run, whose last word is p's
- * head guard (the first block of a slab, or of a run spanning slabs, has
- * the slab's start or the SuperSlab's header before it). */
-static int has_head_guard(const void *p, int large) {
-    if (large) return 0;
-    if (!((uintptr_t)p & (HAK_SLAB_SIZE - 1))) return 0;
-    struct hak_superslab *ss = hak_ss_of(p);
-    struct hak_slab *s = hak_slab_of(ss, p);
-    return (char *)p != hak_slab_start(s);
+ * head guard (runs start on a slab boundary; the first block of each slab
+ * of a run is left out, whose slab may begin with the SuperSlab's header). */
+static inline int has_head_guard(const void *p, int large) {
+    return !large && ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) != 0;
 }
 
-static inline uint8_t canary_byte(uint64_t key, size_t i) { return (uint8_t)(key >> ((i & 7) * 8)); }
+/* The canary's bytes are the key's, by address modulo 8: the 8 bytes
+ * from offset i, as a word. */
+static inline uint64_t canary_at(uint64_t k, size_t i) {
+    unsigned r = (unsigned)(i & 7) * 8;
+    return r ? (k >> r) | (k << (64 - r)) : k;
+}
 
-static inline uint64_t size_word(const void *p, size_t size) {
-    return (uint64_t)size | (key_of(p, USE_SIZE ^ size) << 32);
+/* The canary's extent past a request of size: at least 8 bytes (the
+ * layout keeps them), at most HARD_CANARY_MAX. */
+static inline size_t canary_stop(size_t size, size_t end) {
+    return end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
+}
+
+static inline uint64_t size_word(uint64_t k, size_t size) {
+    uint64_t tag = ((k ^ ((uint64_t)size * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull) >> 32;
+    return (uint64_t)size | tag << 32;
 }
 
 static void arm(void *p, size_t size, size_t usable, int large) {
@@ -128,35 +142,36 @@ static void arm(void *p, size_t size, size_t usable, int large) {
     /* a block of a larger class may stand in for the one asked
      * (backend/heap_refill.c): its run says what it is */
     if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
-    size_t end = guard_end(usable, large);
-    uint64_t key = key_of(p, USE_CANARY);
-    size_t stop = end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
-    for (size_t i = size; i < stop; i++) c[i] = (char)canary_byte(key, i);
-    *(word64 *)(c + end - 8) = size_word(p, size);
-    if (has_head_guard(p, large)) *(word64 *)(c - 8) = key_of(p, USE_HEAD);
+    size_t end = guard_end(usable, large), stop = canary_stop(size, end), i = size;
+    uint64_t k = block_key(p);
+    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
+    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    *(word64 *)(c + end - 8) = size_word(k, size);
+    if (has_head_guard(p, large)) *(word64 *)(c - 8) = HEAD_OF(k);
     if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
 }
 
 static size_t check(const char *op, void *p, size_t usable, int large) {
     const char *c = p;
     size_t end = guard_end(usable, large);
-    uint64_t w = *(const word64 *)(c + end - 8);
+    uint64_t k = block_key(p), w = *(const word64 *)(c + end - 8);
     size_t size = (uint32_t)w;
-    if (size > end - 8 || w != size_word(p, size)) {
+    if (size + 16 > end || w != size_word(k, size)) {
         hak_report_bad(op, p, HAK_REASON_OVERFLOW);
         return SIZE_MAX;
     }
-    uint64_t key = key_of(p, USE_CANARY);
-    size_t stop = end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
-    for (size_t i = size; i < stop; i++)
-        if ((uint8_t)c[i] != canary_byte(key, i)) {
-            hak_report_bad(op, p, HAK_REASON_OVERFLOW);
-            return SIZE_MAX;
-        }
+    size_t stop = canary_stop(size, end), i = size;
+    uint64_t diff = 0;
+    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
+    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
+    if (diff) {
+        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
+        return SIZE_MAX;
+    }
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
     uint64_t head;
-    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != key_of(p, USE_HEAD) &&
+    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
         !(head == 0 && !((uintptr_t)p & (HAK_PAGE_SIZE - 1)))) {
         hak_report_bad(op, p, HAK_REASON_UNDERFLOW);
         return SIZE_MAX;
@@ -170,11 +185,15 @@ static void disarm_large(void *p, size_t usable) {
 
 /* ---- blocks to and from the heap -------------------------------------- */
 
-static void to_heap(struct hak_tls *t, void *p) {
-    struct hak_bin one = { .head = p, .room = 0, .max = 1 };
-    hak_block_freed(p);
-    hak_link_set(p, NULL);   /* a bin's link: plain */
-    hak_heap_flush(t->heap, &one, 1, 0);
+/* n blocks (the program's once, freed now) back to their runs or owners. */
+static void to_heap(struct hak_tls *t, void *const *v, unsigned n) {
+    struct hak_bin chain = { .head = NULL, .room = 0, .max = n };
+    for (unsigned i = 0; i < n; i++) {
+        hak_block_freed(v[i]);
+        hak_list_set(v[i], chain.head);
+        chain.head = v[i];
+    }
+    hak_heap_flush(t->heap, &chain, n, 0);
 }
 
 static struct hard_thread *self_of(struct hak_tls *t) {
@@ -197,6 +216,22 @@ static inline uint64_t next_random(struct hard_thread *s) {
     return x;
 }
 
+/* Fills class cls's stash from the heap: several blocks under one lock. */
+static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
+    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
+    want = want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+    struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
+    unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
+    for (void *q = chain.head; q && n < got; n++) {
+        void *next = hak_list_get(q);
+        /* a free of it, never handed out, finds this mark */
+        *(word64 *)q = STASH_OF(block_key(q));
+        s->stash[cls][n] = q;
+        q = next;
+    }
+    return n;
+}
+
 static void *take(struct hak_tls *t, unsigned cls) {
     struct hard_thread *s = self_of(t);
     void *p;
@@ -204,12 +239,7 @@ static void *take(struct hak_tls *t, unsigned cls) {
         p = hak_heap_take_one(t->heap, cls);
     } else {
         unsigned n = s->nstash[cls];
-        while (n < HARD_STASH && (p = hak_heap_take_one(t->heap, cls)) != NULL) {
-            /* a free of it, never handed out, finds this mark */
-            *(word64 *)p = key_of(p, USE_STASH);
-            s->stash[cls][n++] = p;
-        }
-        if (!n) return NULL;
+        if (!n && !(n = stash_fill(t, s, cls))) return NULL;
         unsigned k = (unsigned)(next_random(s) % n);
         p = s->stash[cls][k];
         s->stash[cls][k] = s->stash[cls][--n];
@@ -224,29 +254,30 @@ static void *take(struct hak_tls *t, unsigned cls) {
 
 /* ---- quarantine -------------------------------------------------------- */
 
-static inline size_t fill_end(size_t bs) {
+/* Bytes of a quarantined block past its mark that the fill covers. */
+static inline size_t fill_bytes(size_t bs) {
     size_t end = bs - 16;   /* the size word and the next head guard stay */
-    return end < HARD_FILL_MAX ? end : HARD_FILL_MAX;
+    return (end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8;
 }
 
 static void poison(void *p, size_t bs) {
-    word64 *w = p;
-    uint64_t fill = key_of(NULL, USE_FILL);
-    w[0] = key_of(p, USE_QUAR);
-    for (size_t i = 1; i < fill_end(bs) / 8; i++) w[i] = fill;
+    *(word64 *)p = QUAR_OF(block_key(p));
+    memset((char *)p + 8, fill_byte, fill_bytes(bs));
 }
 
 static int still_poisoned(const void *p, size_t bs) {
-    const word64 *w = p;
-    uint64_t fill = key_of(NULL, USE_FILL);
-    if (w[0] != key_of(p, USE_QUAR)) return 0;
-    for (size_t i = 1; i < fill_end(bs) / 8; i++)
-        if (w[i] != fill) return 0;
-    return 1;
+    return *(const word64 *)p == QUAR_OF(block_key(p)) &&
+           !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
 }
 
-/* The oldest quarantined block leaves: to its heap if untouched; kept
- * out of use (lost) after a report. */
+static void return_all(struct hak_tls *t, struct hard_thread *s) {
+    if (s->nreturn) to_heap(t, s->returning, s->nreturn);
+    s->nreturn = 0;
+}
+
+/* The oldest quarantined block leaves: back to its heap (in batches) if
+ * untouched; kept out of use (lost) after a report. Until its batch goes,
+ * it keeps its quarantine mark (a second free of it is still found). */
 static void evict(struct hak_tls *t, struct hard_thread *s) {
     uintptr_t e = s->quar[s->quar_head];
     s->quar_head = (s->quar_head + 1) % HARD_QUAR_SLOTS;
@@ -258,17 +289,18 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
         return;
     }
-    to_heap(t, p);
+    s->returning[s->nreturn++] = p;
+    if (s->nreturn == HARD_RETURN) return_all(t, s);
 }
 
 static void release_small(struct hak_tls *t, void *p, unsigned cls) {
     struct hard_thread *s = self_of(t);
     size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
-    size_t bs = hak_class_size[cls];
     if (!s || !budget) {
-        to_heap(t, p);
+        to_heap(t, &p, 1);
         return;
     }
+    size_t bs = hak_class_size[cls];
     poison(p, bs);
     s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
     s->quar_count++;
@@ -280,10 +312,12 @@ static void thread_exit(struct hak_tls *t) {
     struct hard_thread *s = hard_self;
     if (!s) return;
     while (s->quar_count) evict(t, s);
+    return_all(t, s);
     for (unsigned c = 0; c < HAK_NCLASS; c++)
-        for (unsigned k = 0; k < s->nstash[c]; k++) to_heap(t, s->stash[c][k]);
+        if (s->nstash[c]) to_heap(t, s->stash[c], s->nstash[c]);
     hard_self = NULL;
-    to_heap(t, s);
+    void *self = s;
+    to_heap(t, &self, 1);
 }
 
 /* ---- the box ----------------------------------------------------------- */
@@ -291,12 +325,12 @@ static void thread_exit(struct hak_tls *t) {
 static enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *info) {
     enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_entry(p), 1, info);
     if (k == HAK_PTR_SMALL) {
-        uint64_t w = *(const word64 *)p;
-        if (w == key_of(p, USE_QUAR)) {
+        uint64_t w = *(const word64 *)p, key = block_key(p);
+        if (w == QUAR_OF(key)) {
             info->reason = HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
         }
-        if (w == key_of(p, USE_STASH)) {
+        if (w == STASH_OF(key)) {
             info->reason = HAK_REASON_NOT_LIVE;
             return HAK_PTR_INVALID;
         }
