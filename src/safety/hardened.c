@@ -13,9 +13,10 @@
  * so an overflow of up to 16 bytes lands in the canary or the size word
  * and an underflow in the head guard; both are checked at free, realloc
  * and malloc_usable_size. (A block that starts a page accepts a head
- * guard of zero: the free blocks before it may have gone hollow.) A large block ends the same way, followed by an
- * inaccessible guard page (the last page of its span), so an overflow
- * that runs on faults. Freed small blocks wait in a per-thread quarantine
+ * guard of zero: the free blocks before it may have gone hollow.) A large
+ * block ends the same way (no head guard), followed by an inaccessible
+ * guard page (the last page of its span), so an overflow that runs on
+ * faults. Freed small blocks wait in a per-thread quarantine
  * (HAKMEM_QUARANTINE_KB) filled with a pattern, checked when they leave
  * it: a write after free is reported then, a read after free sees the
  * pattern, and a second free of a block in there (from any thread) finds
