@@ -57,7 +57,8 @@ static inline uint64_t block_key(const void *p) {
 }
 #define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
 #define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
-#define STASH_OF(k) ((k) ^ 0x737461736873ull)
+#define STASH_OF(k) ((k) ^ 0x737461736873ull)     /* in a stash, from the heap */
+#define RESTASH_OF(k) ((k) ^ 0x72657374617368ull) /* in a stash, from the quarantine: filled */
 
 typedef uint64_t __attribute__((may_alias, aligned(1))) word_any;
 typedef uint64_t __attribute__((may_alias)) word64;
@@ -217,10 +218,15 @@ static inline uint64_t next_random(struct hard_thread *s) {
     return x;
 }
 
+/* How many free blocks of class cls a thread keeps to pick from. */
+static inline unsigned stash_cap(unsigned cls) {
+    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
+    return want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+}
+
 /* Fills class cls's stash from the heap: several blocks under one lock. */
 static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
-    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
-    want = want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+    unsigned want = stash_cap(cls);
     struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
     unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
     for (void *q = chain.head; q && n < got; n++) {
@@ -231,6 +237,16 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
         q = next;
     }
     return n;
+}
+
+static int still_poisoned(const void *p, size_t bs, uint64_t mark);
+
+/* A stashed block as it was put there: its mark, and the fill of one that
+ * came out of the quarantine (a write after free there is found now). */
+static int stash_intact(const void *p) {
+    uint64_t w = *(const word64 *)p, k = block_key(p);
+    if (w == STASH_OF(k)) return 1;
+    return still_poisoned(p, hak_slab_of(hak_ss_of(p), p)->block_size, RESTASH_OF(k));
 }
 
 static void *take(struct hak_tls *t, unsigned cls) {
@@ -245,6 +261,10 @@ static void *take(struct hak_tls *t, unsigned cls) {
         p = s->stash[cls][k];
         s->stash[cls][k] = s->stash[cls][--n];
         s->nstash[cls] = (uint8_t)n;
+        if (HAK_UNLIKELY(!stash_intact(p))) {
+            hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
+            return take(t, cls);   /* that one stays out of use */
+        }
     }
     if (p) {
         hak_mark_clear(p);
@@ -266,9 +286,9 @@ static void poison(void *p, size_t bs) {
     memset((char *)p + 8, fill_byte, fill_bytes(bs));
 }
 
-static int still_poisoned(const void *p, size_t bs) {
-    return *(const word64 *)p == QUAR_OF(block_key(p)) &&
-           !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
+/* Block p (of bs bytes) filled and marked as poison left it. */
+static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
+    return *(const word64 *)p == mark && !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
 }
 
 static void return_all(struct hak_tls *t, struct hard_thread *s) {
@@ -284,10 +304,19 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
     s->quar_head = (s->quar_head + 1) % HARD_QUAR_SLOTS;
     s->quar_count--;
     void *p = (void *)(e & (((uintptr_t)1 << 56) - 1));
-    size_t bs = hak_class_size[e >> 56];
+    unsigned cls = (unsigned)(e >> 56);
+    size_t bs = hak_class_size[cls];
     s->quar_bytes -= bs;
-    if (!still_poisoned(p, bs)) {
+    if (!still_poisoned(p, bs, QUAR_OF(block_key(p)))) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
+        return;
+    }
+    /* a block of the thread's own heap joins its class's stash while
+     * there is room: no lock, no list (a thread that frees what it
+     * allocates never goes to its heap for them) */
+    if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
+        *(word64 *)p = RESTASH_OF(block_key(p));   /* its fill is checked again when taken */
+        s->stash[cls][s->nstash[cls]++] = p;
         return;
     }
     s->returning[s->nreturn++] = p;
@@ -331,7 +360,7 @@ static enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *i
             info->reason = HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
         }
-        if (w == STASH_OF(key)) {
+        if (w == STASH_OF(key) || w == RESTASH_OF(key)) {
             info->reason = HAK_REASON_NOT_LIVE;
             return HAK_PTR_INVALID;
         }

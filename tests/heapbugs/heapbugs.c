@@ -134,14 +134,24 @@ read_after_free (void)
  * hakmem's encodes it (the free mark is public). */
 static uint64_t planted[64] __attribute__ ((aligned (64)));
 
+static void *
+free_elsewhere (void *p)
+{
+  A (free) (p);
+  return NULL;   /* its exit sends the block back to the heap it came from */
+}
+
 static void
 forged_link (void)
 {
   const uint64_t tag = (uint64_t) 0xf4ee << 48;
   planted[0] = tag;   /* "end of list", should the planted block be taken */
   unsigned char *p = A (malloc) (SMALL);
-  A (free) (p);
-  push_out (SMALL);   /* p on its run's free list now, in every box */
+  /* freed by a thread that then exits: p goes back to this thread's heap
+   * (its inbox, then its run's free list), in every box */
+  pthread_t t;
+  if (pthread_create (&t, NULL, free_elsewhere, p) || pthread_join (t, NULL))
+    _exit (2);
   say ("call: free-list(%p)\nexpect: corrupted free-list link\n", (void *) p);
   *(volatile uint64_t *) hide (p) = (uint64_t) (uintptr_t) planted ^ tag;
   size_t n = 2 * FLUSH_BYTES / SMALL;
