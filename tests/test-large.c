@@ -262,6 +262,8 @@ enum { SPAN_BLOCK = 270000 };
 static void
 test_block_maps_only_its_pages (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box maps a guard page after each large block"))
+    return;
   if (!ht_in_process_with_decay (NULL))
     return;   /* a fresh process: no cached span, which may map more */
   const size_t page = PAGE;
@@ -349,6 +351,8 @@ race_reader (void *arg)
 static void
 test_foreign_chunk_while_span_goes (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box maps a guard page after each large block"))
+    return;
   if (under_sanitizer_or_valgrind ())
     {
       g_test_skip ("AddressSanitizer's or memcheck's malloc_usable_size takes no glibc chunk");
@@ -566,6 +570,8 @@ test_direct_mallinfo2_drops (void)
 static void
 test_direct_realloc_keeps_contents (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box maps a guard page after each large block"))
+    return;
   if (!in_direct_process ())
     return;
   const size_t page = PAGE;

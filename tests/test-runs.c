@@ -84,6 +84,8 @@ refill_same_runs (void *arg)
 static void
 test_emptied_runs_stay_with_class (void)
 {
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
   in_thread_of_fresh_process ("60000", refill_same_runs);
 }
 
@@ -106,6 +108,8 @@ empty_many_runs (void *arg)
 static void
 test_emptied_runs_kept_within_bound (void)
 {
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
   in_thread_of_fresh_process ("60000", empty_many_runs);
 }
 
@@ -128,6 +132,8 @@ empty_runs_clock_off (void *arg)
 static void
 test_clock_off_keeps_no_run (void)
 {
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
   in_thread_of_fresh_process ("0", empty_runs_clock_off);
 }
 
@@ -203,6 +209,8 @@ empty_runs_then_sleep (void *arg)
 static void
 test_sleeping_thread_kept_runs_go_back (void)
 {
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
   if (!in_fresh_process ("1"))
     return;
   pthread_t t;

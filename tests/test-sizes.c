@@ -287,6 +287,8 @@ alloc_counting_stand_ins (void **blocks, size_t n, size_t size, size_t larger, i
 static void
 test_larger_class_stands_in (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   enum { N = 4096 };
   if (!g_test_subprocess ())
     {
@@ -338,6 +340,8 @@ test_larger_class_stands_in (void)
 static void
 test_current_run_stands_in (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   enum { BIG = 200, SMALL = 16 };   /* 200 blocks of 256 B: one run */
   if (!g_test_subprocess ())
     {
@@ -370,6 +374,8 @@ test_current_run_stands_in (void)
 static void
 test_unaligned_class_stands_in_above_256 (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   enum { BIG = 400, SMALL = 64 };   /* 400 blocks of 400 B: 3 runs */
   if (!g_test_subprocess ())
     {
@@ -642,6 +648,8 @@ test_random_mix_carves_near_live (void)
 static void
 test_realloc_grown_strings_resident_near_live (void)
 {
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
   enum { STRINGS = 10000, STEPS = 4000000, MAX_LEN = 2048 };
   if (HT_TSAN)
     {
@@ -709,6 +717,8 @@ enum { WIDE_SIZE = 112 * HT_KiB, WIDE_BLOCKS = 20 * 16, NARROW_SIZE = 20 * HT_Ki
 static void
 test_runs_fill_short_stretches (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   if (!g_test_subprocess ())
     {
       g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
@@ -795,6 +805,8 @@ fit_past_misfits (void *arg)
 static void
 test_run_finds_room_past_misfits (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   if (!g_test_subprocess ())
     {
       g_setenv ("HAKMEM_POOL", "none", TRUE);
@@ -823,6 +835,8 @@ test_run_finds_room_past_misfits (void)
 static void
 test_blocks_start_on_most_lines (void)
 {
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
   if (!ht_in_fresh_process ())
     return;
   size_t last = 0;

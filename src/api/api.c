@@ -101,7 +101,11 @@ static void *alloc_large(size_t size, size_t align) {
     return large_alloc(size, align, NULL);
 }
 
+static void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
+
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
+    hak_init();   /* the box is known from here on: no block escapes its guards */
+    if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, 0);
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
     return alloc_large(size, 0);
 }
@@ -174,12 +178,37 @@ HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
     hak_free_slow(p);
 }
 
+/* A block the program frees once checked_classify passed it: past the
+ * hardened box's guards and into its quarantine when that box is chosen. */
+static void release_small(const char *op, void *p, unsigned cls) {
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_LIKELY(hd == NULL)) {
+        free_small(p, cls);
+        return;
+    }
+    if (hd->check(op, p, hak_class_size[cls], 0) == SIZE_MAX) return;
+    struct hak_tls *t = &hak_tls;
+    if (t->state == 0) hak_thread_heap();
+    if (t->state == 1) hd->release_small(t, p, cls);
+    else free_small(p, cls);   /* exiting, or no heap to be had */
+}
+
+static void release_large(const char *op, void *p, struct hak_large *h) {
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL)) {
+        if (hd->check(op, p, h->usable, 1) == SIZE_MAX) return;
+        hd->disarm_large(p, h->usable);
+    }
+    hak_track_free(p);
+    hak_large_free(h);
+}
+
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     struct hak_ptr_info info;
     switch (checked_classify("free", p, &info)) {
-    case HAK_PTR_SMALL:   free_small(p, info.cls); return;
-    case HAK_PTR_LARGE:   hak_track_free(p); hak_large_free(info.large); return;
+    case HAK_PTR_SMALL:   release_small("free", p, info.cls); return;
+    case HAK_PTR_LARGE:   release_large("free", p, info.large); return;
     case HAK_PTR_FOREIGN: __libc_free(p); return;
     case HAK_PTR_INVALID: return;
     }
@@ -247,6 +276,89 @@ static void track_resize(void *p, size_t size) {
 #define hak_track_resize_small(p, size)  do { } while (0)
 #endif
 
+/* ---- the hardened box (safety/hardened.c) -------------------------------- */
+
+/* A block from the thread's heap through the box (a few kept, one picked
+ * at random). */
+static void *hard_take(const struct hak_hardened_ops *hd, unsigned cls) {
+    struct hak_tls *t = &hak_tls;
+    if (HAK_UNLIKELY(t->state == 2)) return alloc_after_teardown(cls);
+    if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap()) return NULL;
+    void *p = hd->take(t, cls);
+    if (HAK_UNLIKELY(!p) && hak_release_unused()) p = hd->take(t, cls);
+    return p;
+}
+
+/* Every allocation's path with the hardened box: a block with room for
+ * its guards past the request (a small one of a class that has it, else a
+ * large one with its guard page), armed. */
+static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
+    size_t need = hd->small_need(size);
+    if (need <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
+        unsigned cls = align <= HAK_ALIGNMENT ? hak_class_of(need) : hak_aligned_class(need, align);
+        if (cls) {
+            void *p = hard_take(hd, cls);
+            if (!p) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            hd->arm(p, size, hak_class_size[cls], 0);
+            return p;
+        }
+    }
+    need = hd->large_need(size);
+    if (need == SIZE_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = large_alloc(need, align, NULL);
+    if (p) hd->arm(p, size, block_usable(p), 1);
+    return p;
+}
+
+/* realloc with the hardened box: guards checked, then the block kept (a
+ * small one whose class still fits, re-armed at the new size) or moved. */
+static void *hard_realloc(const struct hak_hardened_ops *hd, void *p, enum hak_ptr_kind k,
+                          const struct hak_ptr_info *info, size_t size) {
+    int large = k == HAK_PTR_LARGE;
+    size_t usable = large ? info->large->usable : hak_class_size[info->cls];
+    size_t old = hd->check("realloc", p, usable, large);
+    if (old == SIZE_MAX) {
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t need = hd->small_need(size);
+    if (!large && need <= usable && (need >= usable / 4 || usable <= 64)) {
+        hd->arm(p, size, usable, 0);
+        return p;
+    }
+    if (large && need > HAK_SMALL_MAX) {
+        /* stays large: resized by the large box (mremap), guard page moved */
+        need = hd->large_need(size);
+        if (need == SIZE_MAX) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        struct hak_large *h = info->large;
+        hd->disarm_large(p, usable);
+        int saved = errno;
+        void *q = hak_large_realloc(h, need);
+        if (!q && worth_retrying(need) && (q = hak_large_realloc(h, need))) errno = saved;
+        if (!q) {
+            hd->arm(p, old, usable, 1);
+            return NULL;
+        }
+        hd->arm(q, size, block_usable(q), 1);
+        return q;
+    }
+    void *q = hard_alloc(hd, size, 0);
+    if (!q) return NULL;
+    memcpy(q, p, old < size ? old : size);
+    if (large) release_large("realloc", p, info->large);
+    else release_small("realloc", p, info->cls);
+    return q;
+}
+
 HAK_EXPORT void *hak_malloc(size_t size) {
     void *p = hak_alloc_inline(size);
     hak_track_block(p, size, 0);
@@ -264,6 +376,11 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
     if (total > HAK_SMALL_MAX) {
         size_t stale;
         hak_init();
+        if (HAK_UNLIKELY(hak_safety->hardened != NULL)) {
+            void *p = hard_alloc(hak_safety->hardened, total, 0);
+            if (p) memset(p, 0, total);
+            return p;
+        }
         void *p = large_alloc(total, 0, &stale);
         hak_track_block(p, total, 1);
         /* fresh pages, and those the cache purged, are zero already */
@@ -278,6 +395,8 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
 
 static void *alloc_aligned_untracked(size_t align, size_t size) {
     if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
+    hak_init();
+    if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, align);
     if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         unsigned cls = hak_aligned_class(size, align);
         if (cls) {
@@ -355,6 +474,13 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     if (k == HAK_PTR_FOREIGN && !hak_foreign_plausible(p)) {
         info.reason = HAK_REASON_FOREIGN;
         k = HAK_PTR_INVALID;
+    }
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL) && (k == HAK_PTR_SMALL || k == HAK_PTR_LARGE)) {
+        /* the request: the rest is the guards' */
+        int large = k == HAK_PTR_LARGE;
+        size_t n = hd->check("malloc_usable_size", p, large ? info.large->usable : hak_class_size[info.cls], large);
+        return n == SIZE_MAX ? 0 : n;
     }
     switch (k) {
     case HAK_PTR_SMALL:   return hak_track_usable(p, hak_class_size[info.cls]);
@@ -439,7 +565,10 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     uintptr_t at;
     if (HAK_LIKELY(hak_live_block(p, &at))) return realloc_small(p, (unsigned)(at / HAK_TAG_SCALE), size);
     struct hak_ptr_info info;
-    switch (checked_classify("realloc", p, &info)) {
+    enum hak_ptr_kind k = checked_classify("realloc", p, &info);
+    if (HAK_UNLIKELY(hak_safety->hardened != NULL) && (k == HAK_PTR_SMALL || k == HAK_PTR_LARGE))
+        return hard_realloc(hak_safety->hardened, p, k, &info, size);
+    switch (k) {
     case HAK_PTR_SMALL:
         return realloc_small(p, info.cls, size);
     case HAK_PTR_LARGE: {
@@ -502,6 +631,12 @@ static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, s
     case HAK_PTR_FOREIGN: __libc_free(p); return;   /* the C library's block: its size is its business */
     default: return;
     }
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL)) {
+        /* the hardened box records the request: the size must not exceed it */
+        usable = hd->check(op, p, usable, k == HAK_PTR_LARGE);
+        if (usable == SIZE_MAX) return;
+    }
     char reason[96];
     if (aligned && (!is_pow2(align) || ((uintptr_t)p & (align - 1)))) {
         snprintf(reason, sizeof reason, "alignment %zu does not match the block", align);
@@ -513,12 +648,8 @@ static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, s
         hak_report_bad(op, p, reason);
         return;
     }
-    if (k == HAK_PTR_SMALL) {
-        free_small(p, info.cls);
-    } else {
-        hak_track_free(p);
-        hak_large_free(info.large);
-    }
+    if (k == HAK_PTR_SMALL) release_small(op, p, info.cls);
+    else release_large(op, p, info.large);
 }
 
 /* free's hit path, once the size fits the tag's class. */

@@ -28,6 +28,7 @@ static const struct hak_box_impl pool_boxes[] = {
 static const struct hak_box_impl safety_boxes[] = {
     HAK_BOX_ALWAYS("registry", hak_safety_registry),
     HAK_BOX_OPTIONAL("mincore", hak_safety_mincore, mincore),
+    HAK_BOX_OPTIONAL("hardened", hak_safety_hardened, hardened),
     HAK_BOX_END,
 };
 

@@ -33,6 +33,13 @@ static int thread_key_made;   /* 0: pthread_key_create failed, thread_key is nob
 
 static void thread_exit(void *arg);
 
+/* The hardened box's bins: no room, so every call misses the hit path
+ * and reaches the box (safety/safety.h). */
+static uint32_t no_room(unsigned cls) {
+    (void)cls;
+    return 0;
+}
+
 /* A build without memcheck annotations under valgrind: memcheck sees none
  * of hakmem's blocks (its own malloc is not the one called), so it reports
  * nothing, and the user should know why. valgrind's preloads name it. */
@@ -67,8 +74,9 @@ void hak_init_slow(void) {
     hak_safety = hak_opt_box(HAK_OPT_SAFETY);
     hak_large_box = hak_opt_box(HAK_OPT_LARGE);
     hak_ss_box = hak_opt_box(HAK_OPT_SUPERSLAB);
-    hak_cache_limits_init(1, hak_front->capacity);
-    hak_cache_limits_init(0, hak_pool->capacity);
+    if (hak_safety->hardened) hak_safety->hardened->init();
+    hak_cache_limits_init(1, hak_safety->hardened ? no_room : hak_front->capacity);
+    hak_cache_limits_init(0, hak_safety->hardened ? no_room : hak_pool->capacity);
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     /* a box that checks every free wants no tag on the hit path */
     hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);
@@ -107,6 +115,7 @@ static void thread_exit(void *arg) {
     (void)arg;
     struct hak_tls *t = &hak_tls;
     if (t->state != 1) return;
+    if (hak_safety->hardened) hak_safety->hardened->thread_exit(t);
     hak_cache_flush_all(t, 1);
     for (unsigned c = 0; c < HAK_NBINS; c++) {
         t->bins[c].head = NULL;

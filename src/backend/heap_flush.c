@@ -39,11 +39,11 @@ static void flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_
     h->st.flushed_blocks += n;
     for (unsigned i = 0; i < n && bin->head; i++) {
         void *p = bin->head;
-        bin->head = hak_link_get(p);
+        bin->head = hak_list_get(p);
         bin->room++;
         uintptr_t slab = (uintptr_t)p >> HAK_SLAB_SHIFT;
         if (slab == run.slab) {   /* h owns it: it owned the run's first, and holds its lock */
-            hak_link_set(p, run.first);
+            hak_list_set(p, run.first);
             run.first = p;
             run.n++;
             continue;

@@ -112,7 +112,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     uint64_t busy[RUN_PAGES_MAX / 64] = { 0 }, fresh[RUN_PAGES_MAX / 64] = { 0 };
     if (pages > RUN_PAGES_MAX) return;
     /* the free list's blocks join the hollow ones in the bitmap for now */
-    for (void *q = s->free; q; q = hak_link_get(q)) bit_put(bits, hak_slab_block_index(s, q), 1);
+    for (void *q = s->free; q; q = hak_list_get(q)) bit_put(bits, hak_slab_block_index(s, q), 1);
     for (uint32_t k = 0; k < s->carved; k++) {
         uint32_t off = (uint32_t)(hak_slab_block(s, k) - base);
         uint64_t *map = bit_get(bits, k) ? fresh : busy;
@@ -125,18 +125,18 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     void *keep = NULL, *last = NULL;
     unsigned kept = 0, moved = 0;
     for (void *q = s->free, *next; q; q = next) {
-        next = hak_link_get(q);
+        next = hak_list_get(q);
         if (page_get(fresh, (unsigned)(((char *)q - base) / HAK_PAGE_SIZE))) {
             moved++;   /* its bit stays: hollow */
             continue;
         }
         bit_put(bits, hak_slab_block_index(s, q), 0);
-        if (last) hak_link_set(last, q);
+        if (last) hak_list_set(last, q);
         else keep = q;
         last = q;
         kept++;
     }
-    if (last) hak_link_set(last, NULL);
+    if (last) hak_list_set(last, NULL);
     /* the tags change before any mark is lost, so that from then on every
      * free of the run's blocks is checked against the bitmap */
     if (moved && !s->nhollow) hak_ss_tag_run(s, 1);
@@ -200,7 +200,7 @@ unsigned hak_slab_take_hollow(struct hak_slab *s, struct hak_bin *bin, unsigned 
         /* the link carries the free mark, which a block in a bin needs: a
          * second free of it would otherwise pass the hit path's check (its
          * tag is normal again once the run has no hollow block left) */
-        hak_link_set(b, head);
+        hak_list_set(b, head);
         head = b;
         got++;
     }

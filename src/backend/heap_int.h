@@ -16,6 +16,7 @@
 
 #include "backend/heap.h"
 #include "base/track.h"
+#include "base/link_guard.h"
 #include "base/options.h"
 
 /* Every heap ever made, and the queue of abandoned ones (adopted from the
@@ -106,7 +107,7 @@ struct hak_send {
 };
 /* p (slab: its slab) joins c's open stretch: same slab, same owner */
 static inline void hak_send_prepend(struct hak_send *sd, struct hak_send_chain *c, void *p) {
-    hak_link_set(p, c->head);
+    hak_list_set(p, c->head);
     c->head = p;
     c->n++;
     sd->last = c;
@@ -202,7 +203,7 @@ static inline int hak_keep_empty_run(const struct hak_heap *h, const struct hak_
  * so no check is repeated here, where every flushed block passes. */
 static inline struct hak_slab *hak_run_put(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, void *first,
                                               void *last, unsigned n, int keep_empty) {
-    hak_link_set(last, s->free);
+    hak_list_set(last, s->free);
     s->free = first;
     s->nfree += n;
     s->used -= n;

@@ -7,12 +7,17 @@
 /* Moves the first `want` blocks (or fewer) of run s's free list onto the
  * bin; s must have some. Returns how many. */
 static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
-    void *first = s->free, *last = first, *next;
+    void *first = s->free, *last = first, *next = hak_list_get(first);
     unsigned got = 1;
-    while (got < want && (next = hak_link_get(last)) != NULL) { last = next; got++; }
-    s->free = hak_link_get(last);
+    /* each link read once: a keyed one that fails is reported once */
+    while (got < want && next != NULL) {
+        last = next;
+        got++;
+        next = hak_list_get(last);
+    }
+    s->free = next;
     s->nfree -= got;
-    hak_link_set(last, bin->head);
+    hak_list_set(last, bin->head);
     bin->head = first;
     return got;
 }
@@ -22,6 +27,9 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
  * touched before the program asks for it), else up to want of them. */
 static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     unsigned got;
+    /* a link that failed its check (base/link_guard.h) ended the list
+     * early: the blocks past it are lost, not handed out */
+    if (HAK_UNLIKELY(s->nfree && !s->free)) s->nfree = 0;
     if (!s->nfree) {
         got = hak_slab_take_hollow(s, bin, want);   /* their pages fault back in */
     } else if (!bin->head && s->nfree <= bin->room) {
@@ -187,17 +195,17 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
         unsigned stretch = left < in_slab ? left : in_slab;
         for (unsigned k = 1; k < stretch; k++, b += bs) {
             hak_track_noaccess(b, bs);
-            hak_link_set(b, b + bs);
+            hak_list_set(b, b + bs);
         }
         hak_track_noaccess(b, bs);
         left -= stretch;
         if (!left) break;
         char *next = (char *)(((uintptr_t)b & ~(uintptr_t)(HAK_SLAB_SIZE - 1)) + HAK_SLAB_SIZE);
-        hak_link_set(b, next);
+        hak_list_set(b, next);
         b = next;
         in_slab = s->per_slab;
     }
-    hak_link_set(b, bin->head);
+    hak_list_set(b, bin->head);
     bin->head = first;
     __atomic_store_n(&s->carved, s->carved + got, __ATOMIC_RELAXED);
     hak_slab_window_tag(s, tagged, hak_slab_tagged_pages(s));

@@ -26,7 +26,7 @@ static inline uint32_t *chain_word(void *p) { return (uint32_t *)p + 3; }
 static void remote_push(struct hak_heap *owner, void *first, void *last) {
     void *old = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
     do {
-        hak_link_set(last, old);
+        hak_list_set(last, old);
     } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &old, first,
                                                     memory_order_seq_cst, memory_order_relaxed));
 }
@@ -51,7 +51,7 @@ void hak_heap_free_remote(void *p) {
 static void stretch_close(struct hak_send_chain *c) {
     hak_word_put(chain_word(c->head), (uint32_t)c->n << 16 | (uint32_t)((uintptr_t)c->tail & SLAB_MASK));
     if (!c->first) c->first = c->head;
-    else hak_link_set(c->last, c->head);
+    else hak_list_set(c->last, c->head);
     c->last = c->tail;
     c->n = 0;
     c->slab = 0;
@@ -84,7 +84,7 @@ void hak_send_add(struct hak_heap *h, struct hak_send *sd, void *p, uintptr_t sl
     } else if (c->n) {
         stretch_close(c);
     }
-    hak_link_set(p, NULL);
+    hak_list_set(p, NULL);
     c->head = c->tail = p;
     c->slab = slab;
     c->n = 1;
@@ -107,7 +107,7 @@ void hak_heap_drain_inbox(struct hak_heap *h, int keep_empty) {
         uint32_t w = hak_word_get(chain_word(p));
         unsigned n = w >> 16;
         void *last = (void *)(((uintptr_t)p & ~SLAB_MASK) | (w & SLAB_MASK));
-        void *next = hak_link_get(last);
+        void *next = hak_list_get(last);
         __builtin_prefetch(next);   /* its line is the next miss: overlap it with this stretch's work */
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_heap *owner = hak_ss_owner(ss);
@@ -133,7 +133,7 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p) {
     if (hak_ss_owner(ss) == h) {
         struct hak_slab *s = hak_slab_of(ss, p);
         uint32_t n = 0;
-        for (void *q = s->free; q && n < s->nfree && !found; q = hak_link_get(q), n++)
+        for (void *q = s->free; q && n < s->nfree && !found; q = hak_list_get(q), n++)
             found = q == p;
         if (s->nhollow && hak_slab_holds_hollow(s, p)) found = 1;
     }
@@ -142,7 +142,7 @@ int hak_heap_holds_free(struct hak_heap *h, const void *p) {
      * the lock, so the walk stays on blocks that are still in there */
     unsigned n = 0;
     for (void *q = atomic_load_explicit(&h->inbox, memory_order_acquire); q && n < 65536 && !found;
-         q = hak_link_get(q), n++)
+         q = hak_list_get(q), n++)
         found = q == p;
     hak_spin_unlock(&h->lock);
     return found;

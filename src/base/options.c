@@ -14,7 +14,7 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_POOL] = { "pool", "HAKMEM_POOL", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_POOL,
         "Pool TLS box for mid sizes (1041 B-256 KiB): tls = per-thread bins over per-thread runs; none = every mid call goes to the SuperSlab pool", 0, 0 },
     [HAK_OPT_SAFETY] = { "safety", "HAKMEM_SAFETY", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_SAFETY,
-        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only)", 0, 0 },
+        "safety box: registry = O(1) chunk map + block checks; mincore = mincore(2) + header magic (seed design, A/B only); hardened = registry + canaries, guard pages, keyed free-list links, quarantine (HAKMEM_QUARANTINE_KB) and random block order (every call takes the slow path)", 0, 0 },
     [HAK_OPT_LARGE] = { "large", "HAKMEM_LARGE", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_LARGE,
         "large path (> 256 KiB): cached = freed spans kept for reuse (HAKMEM_LARGE_CACHE_MB) and given back on the clock; direct = every block its own mapping, unmapped at free, resized by mremap (least memory, a map and an unmap per block)", 0, 0 },
     [HAK_OPT_SUPERSLAB] = { "superslab", "HAKMEM_SUPERSLAB", HAK_OPT_BOX, { 0 }, HAKMEM_DEFAULT_SUPERSLAB,
@@ -38,6 +38,9 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
         INT32_MAX },
     [HAK_OPT_TAG_WINDOW] = { "tag_window", "HAKMEM_TAG_WINDOW", HAK_OPT_BOOL, { 0 }, "1",
         "1 = the free hit path finds a block's size class in a table by page over 16 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
+    [HAK_OPT_QUARANTINE_KB] = { "quarantine_kb", "HAKMEM_QUARANTINE_KB", HAK_OPT_NUMBER, { 0 }, "128",
+        "HAKMEM_SAFETY=hardened: KiB of freed small blocks each thread keeps out of use (filled with a pattern that is checked when they leave, so a write after free is reported and a double free found); 0 = none", 0, 0,
+        (long)1 << 30 },
 };
 
 void hak_vlog_fd(int fd, const char *fmt, va_list ap) {

@@ -23,6 +23,7 @@ enum hak_option_id {
     HAK_OPT_LARGE_CACHE_MB,
     HAK_OPT_DECAY_MS,
     HAK_OPT_TAG_WINDOW,
+    HAK_OPT_QUARANTINE_KB,
     HAK_OPT_COUNT
 };
 

@@ -4,6 +4,7 @@
 #include "front/front.h"
 #include "backend/heap.h"
 #include "base/bin.h"
+#include "base/link_guard.h"
 
 uint32_t hak_bin_limit[HAK_NBINS];
 
@@ -104,7 +105,7 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
 void hak_cache_free_to_heap(struct hak_tls *t, void *p) {
     struct hak_bin one = { .head = p, .room = 0, .max = 1 };
     hak_block_freed(p);
-    hak_link_set(p, NULL);
+    hak_list_set(p, NULL);   /* read back by the heap's flush */
     hak_heap_flush(t->heap, &one, 1, 0);
 }
 

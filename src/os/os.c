@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,6 +223,20 @@ int hak_os_page_mapped(const void *addr) {
     int r = mincore((void *)addr, OS_PAGE_SIZE, &vec);
     errno = saved;
     return r == 0;   /* ENOMEM: not mapped */
+}
+
+int hak_os_random(void *buf, size_t n) {
+    int saved = errno;
+    ssize_t got = getrandom(buf, n, GRND_NONBLOCK);
+    errno = saved;
+    return got == (ssize_t)n;
+}
+
+int hak_os_protect(void *p, size_t size, int access) {
+    int saved = errno;
+    int r = mprotect(p, size, access ? PROT_READ | PROT_WRITE : PROT_NONE);
+    errno = saved;
+    return r;
 }
 
 /* Metadata (heaps) comes from a bump region refilled 64 KiB at a time,

@@ -51,6 +51,12 @@ int hak_os_getpid(void);
 int hak_os_read_checked(const void *addr, void *out, size_t n);
 /* 1 when the page at addr (page-aligned) is mapped, whatever its access. */
 int hak_os_page_mapped(const void *addr);
+/* Fills buf with n bytes from the kernel's random source (getrandom, no
+ * blocking); 0 when it could not (the caller mixes in what it has). */
+int hak_os_random(void *buf, size_t n);
+/* Makes [p, p + size) (page-aligned) inaccessible (access 0) or
+ * read-write again (access 1); 0 on success. */
+int hak_os_protect(void *p, size_t size, int access);
 
 /* Huge pages (the hugepage SuperSlab box, backend/ss_hugepage.c). */
 /* Maps size bytes (a multiple of 2 MiB) of the system's reserved 2 MiB

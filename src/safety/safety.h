@@ -29,14 +29,55 @@ struct hak_ptr_info {
     const char *reason;   /* for HAK_PTR_INVALID: what is wrong with it */
 };
 
+struct hak_hardened_ops;
+
 struct hak_safety_ops {
     const char *name;
     uint16_t ss_entry_flag;
     enum hak_ptr_kind (*classify)(const void *p, struct hak_ptr_info *info);
+    /* NULL but for the hardened box, which also wraps every block (below) */
+    const struct hak_hardened_ops *hardened;
 };
 
 HAK_DATA const struct hak_safety_ops hak_safety_registry;
 HAK_DATA const struct hak_safety_ops hak_safety_mincore;   /* only with -Dmincore=on */
+HAK_DATA const struct hak_safety_ops hak_safety_hardened;  /* only with -Dhardened=on */
+
+/* The hardened box (safety/hardened.c) wraps the backend's blocks. Chosen,
+ * it gives the bins no room (so every malloc and free misses the hit
+ * path) and checks every free (HAK_SS_ENTRY_CHECKED); the API's miss
+ * paths then call these instead of the caches. A small block is laid out
+ * as: the request, a canary, the recorded request size (checked with the
+ * process's secret), and a last word that is the next block's head guard;
+ * a large block ends in an inaccessible guard page. */
+struct hak_tls;
+struct hak_hardened_ops {
+    /* At init, before any block is handed out: the secret and the keys. */
+    void (*init)(void);
+    /* The bytes a request of size needs: of a small block, and of a large one. */
+    size_t (*small_need)(size_t size);
+    size_t (*large_need)(size_t size);
+    /* A free block of class cls for the calling thread (live, state 1),
+     * picked at random among a few; NULL when there is no memory. */
+    void *(*take)(struct hak_tls *t, unsigned cls);
+    /* Writes the guards of block p of `size` bytes requested, in a small
+     * block (large = 0: usable is the least its class has; the block's run
+     * says what it has), or a large block of usable bytes (large = 1: its
+     * last page becomes the guard page). */
+    void (*arm)(void *p, size_t size, size_t usable, int large);
+    /* Checks block p's guards for op (free, realloc, ...); returns the
+     * size it was asked with, or SIZE_MAX after a report (the call must
+     * then do nothing). */
+    size_t (*check)(const char *op, void *p, size_t usable, int large);
+    /* A small block of class cls that passed check, freed by the program:
+     * to the thread's quarantine. */
+    void (*release_small)(struct hak_tls *t, void *p, unsigned cls);
+    /* A large block that passed check, before it goes back: its guard page
+     * becomes writable again. */
+    void (*disarm_large)(void *p, size_t usable);
+    /* Thread exit (t still live): what the thread keeps goes back. */
+    void (*thread_exit)(struct hak_tls *t);
+};
 HAK_DATA const struct hak_safety_ops *hak_safety;
 
 /* The checks shared by the boxes once a chunk's map entry is known:
@@ -53,6 +94,10 @@ enum hak_ptr_kind hak_classify_in_chunk(const void *p, unsigned chunk_entry,
 #define HAK_REASON_INTERIOR "interior pointer (not the start of a block)"
 #define HAK_REASON_FOREIGN  "not allocated by hakmem"
 #define HAK_REASON_NOT_LIVE "not a live block (never handed out)"
+#define HAK_REASON_OVERFLOW "heap overflow: the bytes past the block were overwritten"
+#define HAK_REASON_UNDERFLOW "heap underflow: the bytes before the block were overwritten"
+#define HAK_REASON_WRITE_FREED "write after free: the block changed in quarantine"
+#define HAK_REASON_LINK "corrupted free-list link"
 
 /* Reports a bad call as HAKMEM_ON_ERROR says: one line on stderr, then
  * abort (default), or just the line (warn), or nothing (ignore). Returns

@@ -1,0 +1,388 @@
+/* HAKMEM_SAFETY=hardened: the registry's pointer checks, plus guards
+ * around every block and delayed reuse, for programs that face hostile
+ * input. Everything here runs on miss paths: choosing this box gives the
+ * bins no room (api/init.c), so the hit paths stay what they are for the
+ * other boxes and every call of this one misses.
+ *
+ * A small block of class size C holding a request of n bytes:
+ *   [0, n)          the program's
+ *   [n, C - 16)     canary bytes (the first HARD_CANARY_MAX of them are
+ *                   written and checked), keyed by the block's address
+ *   [C - 16, C - 8) n, with a 32-bit check of n and the address
+ *   [C - 8, C)      the next block's head guard, keyed by its address
+ * so an overflow of up to 16 bytes lands in the canary or the size word
+ * and an underflow in the head guard; both are checked at free, realloc
+ * and malloc_usable_size. (A block that starts a page accepts a head
+ * guard of zero: the free blocks before it may have gone hollow.) A large
+ * block ends the same way (no head guard), followed by an inaccessible
+ * guard page (the last page of its span), so an overflow that runs on
+ * faults. Freed small blocks wait in a per-thread quarantine
+ * (HAKMEM_QUARANTINE_KB) filled with a pattern, checked when they leave
+ * it: a write after free is reported then, a read after free sees the
+ * pattern, and a second free of a block in there (from any thread) finds
+ * its quarantine mark. Blocks come from a few kept per class, picked at
+ * random. The free-list links of the backend are keyed (base/link_guard.h).
+ * Every key derives from one random secret taken at init. */
+#include "safety/safety.h"
+#include "base/bin.h"
+#include "base/link_guard.h"
+#include "base/options.h"
+#include "base/tls.h"
+#include "backend/chunk_map.h"
+#include "backend/heap.h"
+#include "backend/superslab.h"
+#include "os/os.h"
+
+#include <string.h>
+
+#define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
+#define HARD_FILL_MAX 1024u     /* bytes of a quarantined block filled and checked */
+#define HARD_STASH 8u           /* free blocks of a class a thread picks from */
+#define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
+#define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
+#define HARD_RETURN 16u         /* blocks leaving the quarantine sent back at once */
+#define HARD_SMALL_TAIL 24u     /* canary (8 at least), size word, next head guard */
+#define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
+
+static uint64_t secret;
+/* what a quarantined block is filled with (a byte, so that libc's memset
+ * and memcmp, vectorised, do the work), and a block's worth of it */
+static unsigned char fill_byte;
+static unsigned char fill_image[HARD_FILL_MAX];
+
+/* A block's key, from which its canary, size check, head guard and marks
+ * derive; one mix per call that needs any of them. */
+static inline uint64_t block_key(const void *p) {
+    return hak_mix64((uintptr_t)p ^ secret);
+}
+#define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
+#define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
+#define STASH_OF(k) ((k) ^ 0x737461736873ull)     /* in a stash, from the heap */
+#define RESTASH_OF(k) ((k) ^ 0x72657374617368ull) /* in a stash, from the quarantine: filled */
+
+typedef uint64_t __attribute__((may_alias, aligned(1))) word_any;
+typedef uint64_t __attribute__((may_alias)) word64;
+
+struct hard_thread {
+    uint64_t rng;
+    size_t quar_bytes;
+    unsigned quar_head, quar_count, nreturn;
+    uint8_t nstash[HAK_NCLASS];
+    void *stash[HAK_NCLASS][HARD_STASH];
+    void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
+    uintptr_t quar[HARD_QUAR_SLOTS];   /* block | class << 56 */
+};
+
+/* The thread's state lives in a block of its own heap, taken at its first
+ * call and given back at its exit. */
+static __thread struct hard_thread *hard_self __attribute__((tls_model("initial-exec")));
+
+static void hard_link_bad(const void *blk) {
+    hak_report_bad("free-list", blk, HAK_REASON_LINK);
+}
+
+static void hard_init(void) {
+    uint64_t s = 0;
+    if (!hak_os_random(&s, sizeof s)) {
+        /* no kernel randomness: the clock and addresses, which ASLR varies */
+        s = hak_mix64((uint64_t)hak_os_clock_ms() ^ (uintptr_t)&s ^ ((uint64_t)hak_os_getpid() << 32) ^
+                      (uintptr_t)&secret);
+    }
+    secret = s | 1;
+    fill_byte = (unsigned char)(hak_mix64(secret ^ 0x66696c6cull) | 1);
+    memset(fill_image, fill_byte, sizeof fill_image);
+    hak_link_bad = hard_link_bad;
+    hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
+}
+
+static size_t small_need(size_t size) {
+    size_t need = size + HARD_SMALL_TAIL;
+    if (need < size) return SIZE_MAX;
+    return need < 32 ? 32 : need;   /* a free block's link words stay clear of the size word */
+}
+
+static size_t large_need(size_t size) {
+    size_t need = size + HARD_LARGE_TAIL + HAK_PAGE_SIZE;
+    return need < size ? SIZE_MAX : need;
+}
+
+/* ---- the guards ------------------------------------------------------- */
+
+/* Where a small block's size word ends (C - 8), or where a large block's
+ * guard page begins. */
+static inline size_t guard_end(size_t usable, int large) {
+    return large ? usable - HAK_PAGE_SIZE : usable - 8;
+}
+
+/* 1 when block p has a slot before it in its run, whose last word is p's
+ * head guard (runs start on a slab boundary; the first block of each slab
+ * of a run is left out, whose slab may begin with the SuperSlab's header). */
+static inline int has_head_guard(const void *p, int large) {
+    return !large && ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) != 0;
+}
+
+/* The canary's bytes are the key's, by address modulo 8: the 8 bytes
+ * from offset i, as a word. */
+static inline uint64_t canary_at(uint64_t k, size_t i) {
+    unsigned r = (unsigned)(i & 7) * 8;
+    return r ? (k >> r) | (k << (64 - r)) : k;
+}
+
+/* The canary's extent past a request of size: at least 8 bytes (the
+ * layout keeps them), at most HARD_CANARY_MAX. */
+static inline size_t canary_stop(size_t size, size_t end) {
+    return end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
+}
+
+static inline uint64_t size_word(uint64_t k, size_t size) {
+    uint64_t tag = ((k ^ ((uint64_t)size * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull) >> 32;
+    return (uint64_t)size | tag << 32;
+}
+
+static void arm(void *p, size_t size, size_t usable, int large) {
+    char *c = p;
+    /* a block of a larger class may stand in for the one asked
+     * (backend/heap_refill.c): its run says what it is */
+    if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
+    size_t end = guard_end(usable, large), stop = canary_stop(size, end), i = size;
+    uint64_t k = block_key(p);
+    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
+    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    *(word64 *)(c + end - 8) = size_word(k, size);
+    if (has_head_guard(p, large)) *(word64 *)(c - 8) = HEAD_OF(k);
+    if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
+}
+
+static size_t check(const char *op, void *p, size_t usable, int large) {
+    const char *c = p;
+    size_t end = guard_end(usable, large);
+    uint64_t k = block_key(p), w = *(const word64 *)(c + end - 8);
+    size_t size = (uint32_t)w;
+    if (size + 16 > end || w != size_word(k, size)) {
+        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
+        return SIZE_MAX;
+    }
+    size_t stop = canary_stop(size, end), i = size;
+    uint64_t diff = 0;
+    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
+    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
+    if (diff) {
+        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
+        return SIZE_MAX;
+    }
+    /* a head guard on a page of its own reads zero once the free blocks
+     * before it went hollow (backend/heap_hollow.c gives their pages back) */
+    uint64_t head;
+    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
+        !(head == 0 && !((uintptr_t)p & (HAK_PAGE_SIZE - 1)))) {
+        hak_report_bad(op, p, HAK_REASON_UNDERFLOW);
+        return SIZE_MAX;
+    }
+    return size;
+}
+
+static void disarm_large(void *p, size_t usable) {
+    hak_os_protect((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 1);
+}
+
+/* ---- blocks to and from the heap -------------------------------------- */
+
+/* n blocks (the program's once, freed now) back to their runs or owners. */
+static void to_heap(struct hak_tls *t, void *const *v, unsigned n) {
+    struct hak_bin chain = { .head = NULL, .room = 0, .max = n };
+    for (unsigned i = 0; i < n; i++) {
+        hak_block_freed(v[i]);
+        hak_list_set(v[i], chain.head);
+        chain.head = v[i];
+    }
+    hak_heap_flush(t->heap, &chain, n, 0);
+}
+
+static struct hard_thread *self_of(struct hak_tls *t) {
+    struct hard_thread *s = hard_self;
+    if (HAK_LIKELY(s != NULL)) return s;
+    s = hak_heap_take_one(t->heap, hak_class_of(sizeof *s));
+    if (!s) return NULL;
+    memset(s, 0, sizeof *s);
+    s->rng = hak_mix64(secret ^ (uintptr_t)s) | 1;
+    hard_self = s;
+    return s;
+}
+
+static inline uint64_t next_random(struct hard_thread *s) {
+    uint64_t x = s->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s->rng = x;
+    return x;
+}
+
+/* How many free blocks of class cls a thread keeps to pick from. */
+static inline unsigned stash_cap(unsigned cls) {
+    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
+    return want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+}
+
+/* Fills class cls's stash from the heap: several blocks under one lock. */
+static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
+    unsigned want = stash_cap(cls);
+    struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
+    unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
+    for (void *q = chain.head; q && n < got; n++) {
+        void *next = hak_list_get(q);
+        /* a free of it, never handed out, finds this mark */
+        *(word64 *)q = STASH_OF(block_key(q));
+        s->stash[cls][n] = q;
+        q = next;
+    }
+    return n;
+}
+
+static int still_poisoned(const void *p, size_t bs, uint64_t mark);
+
+/* A stashed block as it was put there: its mark, and the fill of one that
+ * came out of the quarantine (a write after free there is found now). */
+static int stash_intact(const void *p) {
+    uint64_t w = *(const word64 *)p, k = block_key(p);
+    if (w == STASH_OF(k)) return 1;
+    return still_poisoned(p, hak_slab_of(hak_ss_of(p), p)->block_size, RESTASH_OF(k));
+}
+
+static void *take(struct hak_tls *t, unsigned cls) {
+    struct hard_thread *s = self_of(t);
+    void *p;
+    if (!s) {
+        p = hak_heap_take_one(t->heap, cls);
+    } else {
+        unsigned n = s->nstash[cls];
+        if (!n && !(n = stash_fill(t, s, cls))) return NULL;
+        unsigned k = (unsigned)(next_random(s) % n);
+        p = s->stash[cls][k];
+        s->stash[cls][k] = s->stash[cls][--n];
+        s->nstash[cls] = (uint8_t)n;
+        if (HAK_UNLIKELY(!stash_intact(p))) {
+            hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
+            return take(t, cls);   /* that one stays out of use */
+        }
+    }
+    if (p) {
+        hak_mark_clear(p);
+        ((word64 *)p)[1] = 0;   /* the link's check word */
+    }
+    return p;
+}
+
+/* ---- quarantine -------------------------------------------------------- */
+
+/* Bytes of a quarantined block past its mark that the fill covers. */
+static inline size_t fill_bytes(size_t bs) {
+    size_t end = bs - 16;   /* the size word and the next head guard stay */
+    return (end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8;
+}
+
+static void poison(void *p, size_t bs) {
+    *(word64 *)p = QUAR_OF(block_key(p));
+    memset((char *)p + 8, fill_byte, fill_bytes(bs));
+}
+
+/* Block p (of bs bytes) filled and marked as poison left it. */
+static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
+    return *(const word64 *)p == mark && !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
+}
+
+static void return_all(struct hak_tls *t, struct hard_thread *s) {
+    if (s->nreturn) to_heap(t, s->returning, s->nreturn);
+    s->nreturn = 0;
+}
+
+/* The oldest quarantined block leaves: back to its heap (in batches) if
+ * untouched; kept out of use (lost) after a report. Until its batch goes,
+ * it keeps its quarantine mark (a second free of it is still found). */
+static void evict(struct hak_tls *t, struct hard_thread *s) {
+    uintptr_t e = s->quar[s->quar_head];
+    s->quar_head = (s->quar_head + 1) % HARD_QUAR_SLOTS;
+    s->quar_count--;
+    void *p = (void *)(e & (((uintptr_t)1 << 56) - 1));
+    unsigned cls = (unsigned)(e >> 56);
+    size_t bs = hak_class_size[cls];
+    s->quar_bytes -= bs;
+    if (!still_poisoned(p, bs, QUAR_OF(block_key(p)))) {
+        hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
+        return;
+    }
+    /* a block of the thread's own heap joins its class's stash while
+     * there is room: no lock, no list (a thread that frees what it
+     * allocates never goes to its heap for them) */
+    if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
+        *(word64 *)p = RESTASH_OF(block_key(p));   /* its fill is checked again when taken */
+        s->stash[cls][s->nstash[cls]++] = p;
+        return;
+    }
+    s->returning[s->nreturn++] = p;
+    if (s->nreturn == HARD_RETURN) return_all(t, s);
+}
+
+static void release_small(struct hak_tls *t, void *p, unsigned cls) {
+    struct hard_thread *s = self_of(t);
+    size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    if (!s || !budget) {
+        to_heap(t, &p, 1);
+        return;
+    }
+    size_t bs = hak_class_size[cls];
+    poison(p, bs);
+    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
+    s->quar_count++;
+    s->quar_bytes += bs;
+    while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
+}
+
+static void thread_exit(struct hak_tls *t) {
+    struct hard_thread *s = hard_self;
+    if (!s) return;
+    while (s->quar_count) evict(t, s);
+    return_all(t, s);
+    for (unsigned c = 0; c < HAK_NCLASS; c++)
+        if (s->nstash[c]) to_heap(t, s->stash[c], s->nstash[c]);
+    hard_self = NULL;
+    void *self = s;
+    to_heap(t, &self, 1);
+}
+
+/* ---- the box ----------------------------------------------------------- */
+
+static enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *info) {
+    enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_entry(p), 1, info);
+    if (k == HAK_PTR_SMALL) {
+        uint64_t w = *(const word64 *)p, key = block_key(p);
+        if (w == QUAR_OF(key)) {
+            info->reason = HAK_REASON_DOUBLE;
+            return HAK_PTR_INVALID;
+        }
+        if (w == STASH_OF(key) || w == RESTASH_OF(key)) {
+            info->reason = HAK_REASON_NOT_LIVE;
+            return HAK_PTR_INVALID;
+        }
+    }
+    return k;
+}
+
+static const struct hak_hardened_ops hardened_ops = {
+    .init = hard_init,
+    .small_need = small_need,
+    .large_need = large_need,
+    .take = take,
+    .arm = arm,
+    .check = check,
+    .release_small = release_small,
+    .disarm_large = disarm_large,
+    .thread_exit = thread_exit,
+};
+
+const struct hak_safety_ops hak_safety_hardened = {
+    .name = "hardened",
+    .ss_entry_flag = HAK_SS_ENTRY_CHECKED,
+    .classify = hardened_classify,
+    .hardened = &hardened_ops,
+};

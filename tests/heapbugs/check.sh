@@ -1,0 +1,85 @@
+#!/bin/sh
+# check.sh HEAPBUGS_EXE CASE SAFETY_BOX OUTCOME
+#
+# Runs `HEAPBUGS_EXE CASE` with HAKMEM_SAFETY=SAFETY_BOX under
+# HAKMEM_ON_ERROR=abort and warn, and checks the outcome the box must give
+# (tests/heapbugs/meson.build):
+#   caught : abort: killed by SIGABRT, exactly one "hakmem: error: " line on
+#            stderr naming the call and pointer the program printed
+#            ("call: ...") and the reason it expects ("expect: ...");
+#            warn: exit 0, "survived" printed, the same single line
+#   missed : exit 0, "survived", no "hakmem: error" line (the bug goes unseen)
+#   fresh  : exit 0, "read: fresh" (a read after free saw hakmem's bytes,
+#            not the program's), no report
+#   fault  : killed by SIGSEGV (a guard page), "no fault" never printed
+#   any    : the program reached the bug (its "call:", "read:" or "write:"
+#            line); what follows is not checked (a box that misses it)
+# Prints one verdict line per mode; exits 1 if any mode failed.
+set -u
+
+exe=$1 case=$2 box=$3 outcome=$4
+ulimit -c 0 2>/dev/null || true
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/heapbugs.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+failed=0
+for mode in abort warn; do
+    HAKMEM_SAFETY=$box HAKMEM_ON_ERROR=$mode "$exe" "$case" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    call=$(sed -n 's/^call: //p' "$tmp/out")
+    reason=$(sed -n 's/^expect: //p' "$tmp/out")
+    nlines=$(grep -c '^hakmem: error: ' "$tmp/err")
+    line=$(grep '^hakmem: error: ' "$tmp/err" | head -n 1)
+    problem=""
+
+    if ! grep -q '^\(call\|read\|write\): ' "$tmp/out"; then
+        problem="the program did not reach the bug (exit status $rc)"
+    else
+        case $outcome in
+        caught)
+            if [ "$mode" = abort ]; then
+                # 134 = 128 + SIGABRT(6), as the shell reports a signal death
+                [ "$rc" -eq 134 ] || problem="exit status $rc, expected death by SIGABRT (134)"
+                grep -q '^survived$' "$tmp/out" && problem="${problem:+$problem; }it survived"
+            else
+                [ "$rc" -eq 0 ] || problem="exit status $rc, expected 0"
+                grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
+            fi
+            if [ "$nlines" -ne 1 ]; then
+                problem="${problem:+$problem; }$nlines 'hakmem: error: ' lines on stderr, expected 1"
+            else
+                case $line in
+                "hakmem: error: $call"*) ;;
+                *) problem="${problem:+$problem; }the line does not name '$call' first" ;;
+                esac
+                case $line in
+                *"$reason"*) ;;
+                *) problem="${problem:+$problem; }the line does not say '$reason'" ;;
+                esac
+            fi ;;
+        missed|fresh)
+            [ "$rc" -eq 0 ] || problem="exit status $rc, expected 0"
+            grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
+            [ "$nlines" -eq 0 ] || problem="${problem:+$problem; }an error was reported"
+            if [ "$outcome" = fresh ]; then
+                grep -q '^read: fresh$' "$tmp/out" || problem="${problem:+$problem; }the freed block still held the program's bytes"
+            fi ;;
+        fault)
+            # 139 = 128 + SIGSEGV(11)
+            [ "$rc" -eq 139 ] || problem="exit status $rc, expected death by SIGSEGV (139)"
+            grep -q '^no fault$' "$tmp/out" && problem="${problem:+$problem; }the overflow ran on without a fault" ;;
+        any) ;;
+        *) problem="unknown outcome $outcome" ;;
+        esac
+    fi
+
+    if [ -n "$problem" ]; then
+        failed=1
+        echo "FAIL $case safety=$box on_error=$mode: $problem"
+        sed 's/^/    stdout: /' "$tmp/out"
+        sed 's/^/    stderr: /' "$tmp/err" | head -n 5
+    else
+        echo "ok   $case safety=$box on_error=$mode"
+    fi
+done
+exit $failed
