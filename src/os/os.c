@@ -21,6 +21,42 @@ void hak_os_yield(void) {
     sched_yield();
 }
 
+/* Rounds of the pause loop (a few microseconds: most holders are done by
+ * then when they run), then yields until the word is free. Sleeping on a
+ * futex instead was measured slower with 64 and 256 threads on 2 cores
+ * (docs/PERFORMANCE.md, "Oversubscribed"): a woken waiter waits for a CPU
+ * behind every runnable thread before it can take the word. */
+#define LOCK_SPINS 64
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc) {
+    uint64_t t0 = hak_os_clock_ns(), spins = 0, yields = 0;
+    for (;;) {
+        while (atomic_load_explicit(word, memory_order_relaxed)) {
+            if (spins < LOCK_SPINS) {
+                spins++;
+                cpu_relax();
+            } else {
+                yields++;
+                sched_yield();
+            }
+        }
+        if (atomic_exchange_explicit(word, 1, memory_order_acquire) == 0)
+            break;
+    }
+    __atomic_fetch_add(&acc->waits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acc->spins, spins, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acc->yields, yields, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acc->wait_ns, hak_os_clock_ns() - t0, __ATOMIC_RELAXED);
+}
+
 /* Mappings are accounted (no MAP_NORESERVE): under the kernel's default
  * overcommit heuristic, a request larger than RAM and swap together is
  * refused at once, so malloc returns NULL with ENOMEM as glibc's does,
@@ -58,6 +94,12 @@ void hak_os_unmap(void *p, size_t size) {
     int saved = errno;
     munmap(p, size);
     errno = saved;
+}
+
+uint64_t hak_os_clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 uint32_t hak_os_clock_ms(void) {
@@ -226,15 +268,21 @@ int hak_os_page_mapped(const void *addr) {
 
 /* Metadata (heaps) comes from a bump region refilled 64 KiB at a time,
  * under a lock of this layer's own (base's spin lock is a layer above). */
-static atomic_int meta_lock;
+static _Atomic int meta_lock;
 static char *meta_cur, *meta_end;
+static struct hak_lock_waits meta_waits;
 
 static void meta_lock_take(void) {
-    while (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
-        while (atomic_load_explicit(&meta_lock, memory_order_relaxed)) sched_yield();
+    if (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
+        hak_os_lock_wait(&meta_lock, &meta_waits);
 }
-static void meta_lock_drop(void) {
-    atomic_store_explicit(&meta_lock, 0, memory_order_release);
+static void meta_lock_drop(void) { atomic_store_explicit(&meta_lock, 0, memory_order_release); }
+
+void hak_os_meta_lock_waits(struct hak_lock_waits *out) {
+    out->waits = __atomic_load_n(&meta_waits.waits, __ATOMIC_RELAXED);
+    out->spins = __atomic_load_n(&meta_waits.spins, __ATOMIC_RELAXED);
+    out->yields = __atomic_load_n(&meta_waits.yields, __ATOMIC_RELAXED);
+    out->wait_ns = __atomic_load_n(&meta_waits.wait_ns, __ATOMIC_RELAXED);
 }
 
 void *hak_os_meta_alloc(size_t size) {
