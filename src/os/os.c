@@ -266,10 +266,22 @@ int hak_os_page_mapped(const void *addr) {
     return r == 0;   /* ENOMEM: not mapped */
 }
 
-/* Metadata (heaps) comes from a bump region refilled 64 KiB at a time,
- * under a lock of this layer's own (base's spin lock is a layer above). */
+/* Metadata (heaps) comes from a bump region of 1 MiB (or one request's
+ * size) at a time: room for some 280 heaps, of pages that take memory
+ * only once written. Its offset is bumped with an atomic add, no lock: the
+ * threads that start at once each make a heap, and a lock here made them
+ * wait for a holder the scheduler had taken off the CPU (hundreds of
+ * threads on two cores: seconds). A lock of this layer's own (base's spin
+ * lock is a layer above) only keeps two threads from mapping the next
+ * region at once, and fork from copying one half installed. A region's
+ * header is at its end, so a request of its own is page-aligned. */
+#define META_REGION ((size_t)1 << 20)
+struct meta_region {
+    _Atomic size_t used;   /* bytes handed out (past size once spent) */
+    size_t size;           /* bytes before this header */
+};
+static _Atomic(struct meta_region *) meta_region;
 static _Atomic int meta_lock;
-static char *meta_cur, *meta_end;
 static struct hak_lock_waits meta_waits;
 
 static void meta_lock_take(void) {
@@ -287,20 +299,32 @@ void hak_os_meta_lock_waits(struct hak_lock_waits *out) {
 
 void *hak_os_meta_alloc(size_t size) {
     size = align_up(size, 64);
-    meta_lock_take();
-    if ((size_t)(meta_end - meta_cur) < size) {
-        size_t chunk = size > 65536 ? align_up(size, OS_PAGE_SIZE) : 65536;
-        int saved = errno;
-        void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        errno = saved;
-        if (p == MAP_FAILED) { meta_lock_drop(); return NULL; }
-        meta_cur = p;
-        meta_end = meta_cur + chunk;
+    for (;;) {
+        struct meta_region *r = atomic_load_explicit(&meta_region, memory_order_acquire);
+        if (r) {
+            size_t off = atomic_fetch_add_explicit(&r->used, size, memory_order_relaxed);
+            if (off <= r->size && r->size - off >= size) return (char *)r - r->size + off;
+        }
+        meta_lock_take();
+        if (atomic_load_explicit(&meta_region, memory_order_relaxed) == r) {   /* still spent */
+            size_t chunk = align_up(size + sizeof *r, OS_PAGE_SIZE);
+            if (chunk < META_REGION) chunk = META_REGION;
+            int saved = errno;
+            void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            errno = saved;
+            if (p == MAP_FAILED) {
+                meta_lock_drop();
+                return NULL;
+            }
+            struct meta_region *n = (struct meta_region *)((char *)p + chunk - sizeof *n);
+            n->size = chunk - sizeof *n;
+            atomic_store_explicit(&n->used, size, memory_order_relaxed);   /* the first block: ours */
+            atomic_store_explicit(&meta_region, n, memory_order_release);
+            meta_lock_drop();
+            return p;
+        }
+        meta_lock_drop();   /* another thread mapped one meanwhile: bump it */
     }
-    void *r = meta_cur;
-    meta_cur += size;
-    meta_lock_drop();
-    return r;
 }
 
 void hak_os_fork_prepare(void) { meta_lock_take(); }

@@ -397,11 +397,13 @@ worker_main (void *arg)
   memset (local, 0, sizeof local);
   for (uint64_t op = 0; op < w->lifetime; op++)
     {
+      /* every op: with hundreds of threads on two cores, one that looked
+       * only every 64 ops would take seconds to see the stop */
+      if (atomic_load_explicit (&stop, memory_order_relaxed))
+        break;
       if ((op & 63) == 0)
         {
           atomic_fetch_add_explicit (&progress, 1, memory_order_relaxed);
-          if (atomic_load_explicit (&stop, memory_order_relaxed))
-            break;
           if (opt_iterations
               && atomic_fetch_add_explicit (&total_ops, 64, memory_order_relaxed) >= opt_iterations)
             {
