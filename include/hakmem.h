@@ -118,6 +118,7 @@ struct hak_stats_lock {
     uint64_t spins;     /* pause-loop rounds spent waiting */
     uint64_t yields;    /* times a waiter gave up the CPU (sched_yield) */
     uint64_t wait_ns;   /* time waited, from the failed first try to acquisition */
+    uint64_t max_wait_ns;   /* the longest single wait */
 };
 
 struct hak_stats {

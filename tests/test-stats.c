@@ -344,7 +344,9 @@ lock_waits (const struct hak_stats *s)
           g_assert_cmpuint (l->spins, ==, 0);
           g_assert_cmpuint (l->yields, ==, 0);
           g_assert_cmpuint (l->wait_ns, ==, 0);
+          g_assert_cmpuint (l->max_wait_ns, ==, 0);
         }
+      g_assert_cmpuint (l->max_wait_ns, <=, l->wait_ns);
       n += l->waits;
     }
   return n;

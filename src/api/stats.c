@@ -116,6 +116,7 @@ static void gather(struct hak_stats *s) {
     for (unsigned k = 0; k < HAK_LOCK_NKINDS; k++)
         s->locks[k] = (struct hak_stats_lock){
             .waits = w[k].waits, .spins = w[k].spins, .yields = w[k].yields, .wait_ns = w[k].wait_ns,
+            .max_wait_ns = w[k].max_wait_ns,
         };
 
     size_t listed = g.visited < HAK_STATS_MAX_HEAPS ? g.visited : HAK_STATS_MAX_HEAPS;
@@ -203,10 +204,11 @@ static void print_stats(int fd) {
     };
     for (unsigned k = 0; k < s->nlock_kinds; k++) {
         const struct hak_stats_lock *l = &s->locks[k];
-        say(fd, "hakmem: lock waits: %-14s %llu waits (%llu spins, %llu yields), %llu us waited\n",
+        say(fd, "hakmem: lock waits: %-14s %llu waits (%llu spins, %llu yields), %llu us waited, "
+                "longest %llu us\n",
                 lock_names[k], (unsigned long long)l->waits, (unsigned long long)l->spins,
                 (unsigned long long)l->yields,
-                (unsigned long long)(l->wait_ns / 1000));
+                (unsigned long long)(l->wait_ns / 1000), (unsigned long long)(l->max_wait_ns / 1000));
     }
     static const char *const fork_states[] = {
         [HAK_FORK_NOT_YET] = "not registered yet (hakmem not initialised)",

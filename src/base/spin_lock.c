@@ -18,5 +18,6 @@ void hak_spin_lock_waits(struct hak_lock_waits *out) {
             .spins = __atomic_load_n(&counts[k].spins, __ATOMIC_RELAXED),
             .yields = __atomic_load_n(&counts[k].yields, __ATOMIC_RELAXED),
             .wait_ns = __atomic_load_n(&counts[k].wait_ns, __ATOMIC_RELAXED),
+            .max_wait_ns = __atomic_load_n(&counts[k].max_wait_ns, __ATOMIC_RELAXED),
         };
 }

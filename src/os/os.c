@@ -23,9 +23,11 @@ void hak_os_yield(void) {
 
 /* Rounds of the pause loop (a few microseconds: most holders are done by
  * then when they run), then yields until the word is free. Sleeping on a
- * futex instead was measured slower with 64 and 256 threads on 2 cores
- * (docs/PERFORMANCE.md, "Oversubscribed"): a woken waiter waits for a CPU
- * behind every runnable thread before it can take the word. */
+ * futex after the spins (a word of 0, 1 and 2 for "held, sleepers") was
+ * tried with 64 and 256 threads on 2 cores: no faster in the stress
+ * program or bench/oversub, and woken waiters formed convoys (each must
+ * wait for a CPU behind every runnable thread before it takes the word;
+ * a few hundred sleeps made 5 s runs last 12 to 24). */
 #define LOCK_SPINS 64
 
 static inline void cpu_relax(void) {
@@ -54,7 +56,12 @@ void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc) {
     __atomic_fetch_add(&acc->waits, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&acc->spins, spins, __ATOMIC_RELAXED);
     __atomic_fetch_add(&acc->yields, yields, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&acc->wait_ns, hak_os_clock_ns() - t0, __ATOMIC_RELAXED);
+    uint64_t waited = hak_os_clock_ns() - t0;
+    __atomic_fetch_add(&acc->wait_ns, waited, __ATOMIC_RELAXED);
+    uint64_t max = __atomic_load_n(&acc->max_wait_ns, __ATOMIC_RELAXED);
+    while (waited > max && !__atomic_compare_exchange_n(&acc->max_wait_ns, &max, waited, 1,
+                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
 }
 
 /* Mappings are accounted (no MAP_NORESERVE): under the kernel's default
@@ -295,6 +302,7 @@ void hak_os_meta_lock_waits(struct hak_lock_waits *out) {
     out->spins = __atomic_load_n(&meta_waits.spins, __ATOMIC_RELAXED);
     out->yields = __atomic_load_n(&meta_waits.yields, __ATOMIC_RELAXED);
     out->wait_ns = __atomic_load_n(&meta_waits.wait_ns, __ATOMIC_RELAXED);
+    out->max_wait_ns = __atomic_load_n(&meta_waits.max_wait_ns, __ATOMIC_RELAXED);
 }
 
 void *hak_os_meta_alloc(size_t size) {

@@ -45,6 +45,7 @@ uint64_t hak_os_clock_ns(void);
  * with atomic adds (several threads wait at once). */
 struct hak_lock_waits {
     uint64_t waits, spins, yields, wait_ns;
+    uint64_t max_wait_ns;   /* the longest single wait */
 };
 /* The contended path of a lock word (0 free, 1 held): spins a bounded
  * number of rounds while the holder may still be running, then yields the
