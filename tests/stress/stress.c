@@ -463,30 +463,6 @@ now (void)
 
 static unsigned next_serial;
 
-/* Ends the run when the progress counter has not moved for opt_watchdog
- * seconds: some thread waits for a lock nobody will release, or the
- * scheduler never lets the holder run. */
-static void *
-watchdog_main (void *arg)
-{
-  (void) arg;
-  uint_fast64_t seen = atomic_load (&progress);
-  double since = now ();
-  for (;;)
-    {
-      usleep (250 * 1000);
-      uint_fast64_t p = atomic_load (&progress);
-      if (p != seen)
-        {
-          seen = p;
-          since = now ();
-        }
-      else if (now () - since >= opt_watchdog)
-        die ("no thread made progress for %.0f s (a hang: a lock never released?)", opt_watchdog);
-    }
-  return NULL;
-}
-
 /* The process's resident set in KiB (VmRSS), or -1. */
 static long
 rss_kib (void)
@@ -509,8 +485,10 @@ struct sample
   int64_t live_kib;   /* the blocks the program holds: its own part of the RSS */
 };
 
-/* The soak's verdict on RSS sampled once a second. The first quarter's
- * mean is compared with the last quarter's. What the program holds itself
+/* The soak's verdict on RSS sampled once a second. The first tenth of the
+ * samples is left out (caches and the shared array fill from empty: the
+ * RSS climbs for some 10 s), then the first quarter's mean of the rest is
+ * compared with the last quarter's. What the program holds itself
  * moves (a few large blocks of up to 4 MiB dominate it), so that part of
  * the change is taken out: the rest is the allocator's own (caches, pool,
  * metadata, pages not given back), which must not creep up. The margin,
@@ -521,8 +499,11 @@ struct sample
 static void
 check_rss (const struct sample *smp, size_t n)
 {
+  size_t warm = n / 10;
+  smp += warm;
+  n -= warm;
   if (n < 8)
-    die ("soak: only %zu RSS samples: run it longer", n);
+    die ("soak: only %zu RSS samples past the warm-up: run it longer", n);
   size_t q = n / 4;
   double rss0 = 0, rss1 = 0, live0 = 0, live1 = 0;
   for (size_t i = 0; i < q; i++)
@@ -558,6 +539,65 @@ start_worker (struct worker *w, uint64_t *rng)
   if (rc != 0)
     die ("pthread_create: %s", strerror (rc));
   atomic_fetch_add_explicit (&n_threads_made, 1, memory_order_relaxed);
+}
+
+/* The monitor thread: the watchdog, and in a soak the RSS samples. Not
+ * the main thread: it waits in pthread_join for each ending worker, which
+ * with hundreds of threads on two cores can take seconds to run its exit. */
+static struct sample *samples;
+static size_t n_samples, max_samples;
+static atomic_int monitor_quit;
+static double t_start;
+
+static void
+take_sample (void)
+{
+  struct sample *sm = &samples[n_samples++];
+  sm->rss_kib = rss_kib ();
+  sm->live_kib = atomic_load (&live_bytes) / 1024;
+  if (sm->rss_kib < 0)
+    die ("soak: cannot read VmRSS from /proc/self/status");
+  if (n_samples % (opt_verbose ? 5 : 60) == 0)
+    {
+      printf ("stress: soak: %4.0f s: RSS %ld KiB, program's blocks %" PRId64 " KiB, %" PRIuFAST64
+              " allocs, %" PRIuFAST64 " threads made\n",
+              now () - t_start, sm->rss_kib, sm->live_kib, atomic_load (&n_allocs),
+              atomic_load (&n_threads_made));
+      fflush (stdout);
+    }
+}
+
+/* Ends the run when the progress counter has not moved for opt_watchdog
+ * seconds: some thread waits for a lock nobody will release, or the
+ * scheduler never lets the holder run. */
+static void *
+monitor_main (void *arg)
+{
+  (void) arg;
+  uint_fast64_t seen = atomic_load (&progress);
+  double since = now (), next_sample = t_start + 1;
+  while (!atomic_load (&monitor_quit))
+    {
+      usleep (100 * 1000);
+      double t = now ();
+      uint_fast64_t p = atomic_load (&progress);
+      if (p != seen)
+        {
+          seen = p;
+          since = t;
+        }
+      else if (t - since >= opt_watchdog)
+        die ("no thread made progress for %.0f s (a hang: a lock never released?)", opt_watchdog);
+      /* here too, not only in the main thread, which may sit in a join */
+      if (opt_seconds > 0 && t - t_start >= opt_seconds)
+        atomic_store (&stop, 1);
+      if (samples && t >= next_sample && !atomic_load (&stop) && n_samples < max_samples)
+        {
+          take_sample ();
+          next_sample += 1;
+        }
+    }
+  return NULL;
 }
 
 static void __attribute__ ((noreturn))
@@ -641,19 +681,18 @@ main (int argc, char **argv)
           opt_soak ? "; soak: RSS sampled every second" : "");
   fflush (stdout);
 
-  pthread_t wd;
-  int wrc = pthread_create (&wd, NULL, watchdog_main, NULL);
-  if (wrc != 0)
-    die ("pthread_create (watchdog): %s", strerror (wrc));
-  pthread_detach (wd);
-  struct sample *samples = NULL;
-  size_t n_samples = 0, max_samples = opt_soak ? (size_t) opt_seconds + 16 : 0;
+  max_samples = opt_soak ? (size_t) opt_seconds + 16 : 0;
   if (opt_soak && !(samples = calloc (max_samples, sizeof *samples)))
     die ("no memory for the RSS samples");
 
   uint64_t rng = mix (opt_seed);
   struct worker *ws = calloc ((size_t) opt_threads, sizeof *ws);
-  double t0 = now (), last_report = t0, last_sample = t0;
+  double t0 = now (), last_report = t0;
+  t_start = t0;
+  pthread_t monitor;
+  int mrc = pthread_create (&monitor, NULL, monitor_main, NULL);
+  if (mrc != 0)
+    die ("pthread_create (monitor): %s", strerror (mrc));
   for (int i = 0; i < opt_threads; i++)
     start_worker (&ws[i], &rng);
 
@@ -677,23 +716,6 @@ main (int argc, char **argv)
           else
             start_worker (&ws[i], &rng);
         }
-      if (opt_soak && !stopping && now () - last_sample >= 1 && n_samples < max_samples)
-        {
-          last_sample = now ();
-          struct sample *sm = &samples[n_samples++];
-          sm->rss_kib = rss_kib ();
-          sm->live_kib = atomic_load (&live_bytes) / 1024;
-          if (sm->rss_kib < 0)
-            die ("soak: cannot read VmRSS from /proc/self/status");
-          if (n_samples % 60 == 0)
-            {
-              printf ("stress: soak: %4.0f s: RSS %ld KiB, program's blocks %" PRId64
-                      " KiB, %" PRIuFAST64 " allocs, %" PRIuFAST64 " threads made\n",
-                      last_sample - t0, sm->rss_kib, sm->live_kib, atomic_load (&n_allocs),
-                      atomic_load (&n_threads_made));
-              fflush (stdout);
-            }
-        }
       if (opt_verbose && now () - last_report >= 1)
         {
           last_report = now ();
@@ -705,6 +727,8 @@ main (int argc, char **argv)
     }
 
   /* Everything left in the shared array must still be intact. */
+  atomic_store (&monitor_quit, 1);
+  pthread_join (monitor, NULL);
   size_t left = 0;
   for (size_t i = 0; i < n_shared; i++)
     if (shared[i].b.p)
