@@ -54,9 +54,6 @@
 
 static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
-/* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
- * cache, heap adoption) and for a heap's misses. It never sleeps in the kernel: no futex can come
- * from hakmem. Contention backs off by yielding (os/os.c, hak_os_lock_wait). */
 /* What a lock guards, for the wait counts (base/spin_lock.c, reported by
  * hak_stats_get in the same order: include/hakmem.h). */
 enum hak_lock_kind {
@@ -68,6 +65,9 @@ enum hak_lock_kind {
     HAK_LOCK_OTHER,      /* init, fork, the memcheck size table */
     HAK_LOCK_NKINDS
 };
+/* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
+ * cache, heap adoption) and for a heap's misses. It never sleeps in the kernel: no futex can come
+ * from hakmem. Contention backs off by yielding (os/os.c, hak_os_lock_wait). */
 typedef struct { atomic_int v; uint32_t kind; } hak_spinlock_t;
 #define HAK_SPINLOCK_INIT { 0, HAK_LOCK_OTHER }
 #define HAK_SPINLOCK_INIT_KIND(k) { 0, (k) }

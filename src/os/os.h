@@ -33,7 +33,7 @@ size_t hak_os_page_size(void);
  * page size (up to 64 KiB); a pool SuperSlab's purge starts past the
  * kernel page that holds its header (madvise refuses an unaligned start). */
 int hak_os_pages_match(void);
-/* Lets another thread run (a spin lock's or a reader wait's back-off). */
+/* Lets another thread run (a reader wait's back-off). */
 void hak_os_yield(void);
 /* A fine monotonic clock in nanoseconds (the vDSO's, no system call): for
  * timing lock waits, on contended paths only. */
