@@ -78,9 +78,21 @@ void   hak_print_stats(void);
  * differ by what they did between two heaps. Counters only grow; figures
  * of what is held now (blocks out, SuperSlabs, spans) go up and down. Not
  * for hit paths: it takes every heap's lock. */
-#define HAK_STATS_VERSION     1
+#define HAK_STATS_VERSION     2   /* 2: lock waits (nlock_kinds, locks) */
 #define HAK_STATS_MAX_CLASSES 96   /* room for every size class (class 0 included) */
 #define HAK_STATS_MAX_HEAPS   64   /* heaps listed one by one; the count covers all */
+#define HAK_STATS_MAX_LOCK_KINDS 16 /* room for every kind of lock */
+
+/* The kinds of hakmem's internal locks, indexes of hak_stats.locks. */
+enum hak_stats_lock_kind {
+    HAK_STATS_LOCK_HEAP,       /* a heap's runs and lists (every heap's, summed) */
+    HAK_STATS_LOCK_HEAP_LIST,  /* the registry of heaps and queue of abandoned ones */
+    HAK_STATS_LOCK_SS_POOL,    /* the pool of empty SuperSlabs */
+    HAK_STATS_LOCK_LARGE,      /* the cache of large spans */
+    HAK_STATS_LOCK_OS_META,    /* the region hakmem's metadata comes from */
+    HAK_STATS_LOCK_OTHER,      /* init, fork, the memcheck size table */
+    HAK_STATS_LOCK_KINDS
+};
 
 struct hak_stats_class {
     uint64_t size;            /* block size in bytes (0: class 0, which is no class) */
@@ -96,6 +108,17 @@ struct hak_stats_heap {
     uint64_t runs_made, runs_freed;
     uint64_t superslabs;      /* SuperSlabs it holds now */
     uint64_t thread_exited;   /* 1: its thread exited and no thread took the heap over */
+};
+
+/* Waits for one kind of lock. Only acquisitions that found the lock held
+ * are counted (an uncontended lock costs nothing for them), and no lock is
+ * taken on a cache hit. */
+struct hak_stats_lock {
+    uint64_t waits;     /* acquisitions that had to wait */
+    uint64_t spins;     /* pause-loop rounds spent waiting */
+    uint64_t yields;    /* times a waiter gave up the CPU (sched_yield) */
+    uint64_t wait_ns;   /* time waited, from the failed first try to acquisition */
+    uint64_t max_wait_ns;   /* the longest single wait */
 };
 
 struct hak_stats {
@@ -141,6 +164,12 @@ struct hak_stats {
     uint32_t heaps_listed;
     uint32_t pad1;
     struct hak_stats_heap heap[HAK_STATS_MAX_HEAPS];
+
+    /* version 2: lock waits, indexed by enum hak_stats_lock_kind: entries
+     * 0 to nlock_kinds - 1 */
+    uint32_t nlock_kinds;
+    uint32_t pad2;
+    struct hak_stats_lock locks[HAK_STATS_MAX_LOCK_KINDS];
 };
 
 int    hak_stats_get(struct hak_stats *out, size_t size);

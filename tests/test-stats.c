@@ -4,6 +4,7 @@
  * so that what they see is their own. */
 #include "hakmem-test.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 enum { FILL = 0xA5 };
@@ -309,6 +310,92 @@ test_thread_heap_across_exit (void)
   T (free) (mine);
 }
 
+/* Lock waits: none while one thread runs alone (only an acquisition that
+ * finds the lock held counts), some once threads contend. Threads that
+ * start, take large and small blocks, free each other's and exit contend
+ * for the heap list, the large cache, the metadata region and heaps, under
+ * every box; they run until some wait is counted, or fail after many
+ * rounds. Counts only: how long a wait lasts depends on the machine. */
+enum { LW_THREADS = 8, LW_ROUNDS = 4000 };
+static _Atomic(void *) lw_slots[64];
+
+static void *
+lw_worker (void *arg)
+{
+  uint64_t state = (uintptr_t) arg;
+  for (int i = 0; i < 200; i++)
+    {
+      size_t size = (i & 7) == 0 ? 300 * HT_KiB + ht_rand (&state) % HT_MiB
+                                 : 16 + ht_rand (&state) % 2000;
+      void *p = T (malloc) (size);
+      g_assert_nonnull (p);
+      memset (p, 0x5a, 16);   /* the smallest size asked */
+      p = atomic_exchange (&lw_slots[ht_rand (&state) % G_N_ELEMENTS (lw_slots)], p);
+      T (free) (p);   /* most likely another thread's */
+    }
+  return NULL;
+}
+
+static uint64_t
+lock_waits (const struct hak_stats *s)
+{
+  uint64_t n = 0;
+  for (uint32_t k = 0; k < s->nlock_kinds; k++)
+    {
+      const struct hak_stats_lock *l = &s->locks[k];
+      if (l->waits == 0)   /* nothing is counted but for a wait */
+        {
+          g_assert_cmpuint (l->spins, ==, 0);
+          g_assert_cmpuint (l->yields, ==, 0);
+          g_assert_cmpuint (l->wait_ns, ==, 0);
+          g_assert_cmpuint (l->max_wait_ns, ==, 0);
+        }
+      g_assert_cmpuint (l->max_wait_ns, <=, l->wait_ns);
+      n += l->waits;
+    }
+  return n;
+}
+
+static void
+test_lock_waits (void)
+{
+  if (!ht_in_fresh_process ())
+    return;
+  struct hak_stats s = ht_stats ();
+  g_assert_cmpuint (s.nlock_kinds, ==, HAK_STATS_LOCK_KINDS);
+  g_assert_cmpuint (s.nlock_kinds, <=, HAK_STATS_MAX_LOCK_KINDS);
+  /* alone: large and small blocks, a thread at a time */
+  for (int r = 0; r < 20; r++)
+    {
+      pthread_t t;
+      g_assert_cmpint (pthread_create (&t, NULL, lw_worker, (void *) (uintptr_t) (r + 1)), ==, 0);
+      g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+    }
+  s = ht_stats ();
+  g_assert_cmpuint (lock_waits (&s), ==, 0);
+
+  int rounds = 0;
+  for (; rounds < LW_ROUNDS && lock_waits (&s) == 0; rounds++)
+    {
+      pthread_t t[LW_THREADS];
+      for (int i = 0; i < LW_THREADS; i++)
+        g_assert_cmpint (pthread_create (&t[i], NULL, lw_worker,
+                                         (void *) (uintptr_t) (rounds * LW_THREADS + i + 100)),
+                         ==, 0);
+      for (int i = 0; i < LW_THREADS; i++)
+        g_assert_cmpint (pthread_join (t[i], NULL), ==, 0);
+      s = ht_stats ();
+    }
+  for (uint32_t k = 0; k < s.nlock_kinds; k++)
+    g_test_message ("lock kind %u: %llu waits, %llu spins, %llu yields", k,
+                    (unsigned long long) s.locks[k].waits, (unsigned long long) s.locks[k].spins,
+                    (unsigned long long) s.locks[k].yields);
+  g_test_message ("waits seen after %d rounds of %d threads", rounds, LW_THREADS);
+  g_assert_cmpuint (lock_waits (&s), >, 0);
+  for (size_t i = 0; i < G_N_ELEMENTS (lw_slots); i++)
+    T (free) (atomic_exchange (&lw_slots[i], NULL));
+}
+
 int
 main (int argc, char **argv)
 {
@@ -319,5 +406,6 @@ main (int argc, char **argv)
   g_test_add_func ("/stats/null-and-zero-rejected", test_null_and_zero_rejected);
   g_test_add_func ("/stats/totals-agree", test_totals_agree);
   g_test_add_func ("/stats/thread-heap-across-exit", test_thread_heap_across_exit);
+  g_test_add_func ("/stats/lock-waits", test_lock_waits);
   return g_test_run ();
 }

@@ -10,12 +10,18 @@
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "backend/superslab.h"
+#include "os/os.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 
 _Static_assert(HAK_NCLASS <= HAK_STATS_MAX_CLASSES, "struct hak_stats needs room for every class");
+_Static_assert((int)HAK_LOCK_NKINDS == HAK_STATS_LOCK_KINDS && HAK_STATS_LOCK_KINDS <= HAK_STATS_MAX_LOCK_KINDS &&
+                   (int)HAK_LOCK_HEAP == HAK_STATS_LOCK_HEAP && (int)HAK_LOCK_HEAP_LIST == HAK_STATS_LOCK_HEAP_LIST &&
+                   (int)HAK_LOCK_SS_POOL == HAK_STATS_LOCK_SS_POOL && (int)HAK_LOCK_LARGE == HAK_STATS_LOCK_LARGE &&
+                   (int)HAK_LOCK_OS_META == HAK_STATS_LOCK_OS_META && (int)HAK_LOCK_OTHER == HAK_STATS_LOCK_OTHER,
+               "the lock kinds of base/common.h are hak_stats.locks' indexes");
 
 /* The heaps are visited newest first; the last HAK_STATS_MAX_HEAPS visited
  * (the first made) are kept in a ring and put in order at the end. */
@@ -103,6 +109,16 @@ static void gather(struct hak_stats *s) {
             .size = hak_class_size[c], .refills = t->class_refills[c], .carved_blocks = t->class_carved[c],
         };
 
+    struct hak_lock_waits w[HAK_LOCK_NKINDS];
+    hak_spin_lock_waits(w);
+    hak_os_meta_lock_waits(&w[HAK_LOCK_OS_META]);   /* a lock of the os layer's own */
+    s->nlock_kinds = HAK_LOCK_NKINDS;
+    for (unsigned k = 0; k < HAK_LOCK_NKINDS; k++)
+        s->locks[k] = (struct hak_stats_lock){
+            .waits = w[k].waits, .spins = w[k].spins, .yields = w[k].yields, .wait_ns = w[k].wait_ns,
+            .max_wait_ns = w[k].max_wait_ns,
+        };
+
     size_t listed = g.visited < HAK_STATS_MAX_HEAPS ? g.visited : HAK_STATS_MAX_HEAPS;
     s->heaps_listed = (uint32_t)listed;
     for (size_t j = 0; j < listed; j++) {   /* heap j + 1 was visited (g.visited - j - 1)th */
@@ -181,6 +197,19 @@ static void print_stats(int fd) {
             (unsigned long long)s->large_grown, (unsigned long long)s->large_remaps,
             (unsigned long long)s->large_purges, (unsigned long long)(s->large_live_bytes >> 10),
             (unsigned long long)(s->large_cached_bytes >> 10));
+    static const char *const lock_names[HAK_STATS_LOCK_KINDS] = {
+        [HAK_STATS_LOCK_HEAP] = "heaps", [HAK_STATS_LOCK_HEAP_LIST] = "heap list",
+        [HAK_STATS_LOCK_SS_POOL] = "superslab pool", [HAK_STATS_LOCK_LARGE] = "large",
+        [HAK_STATS_LOCK_OS_META] = "os meta", [HAK_STATS_LOCK_OTHER] = "other",
+    };
+    for (unsigned k = 0; k < s->nlock_kinds; k++) {
+        const struct hak_stats_lock *l = &s->locks[k];
+        say(fd, "hakmem: lock waits: %-14s %llu waits (%llu spins, %llu yields), %llu us waited, "
+                "longest %llu us\n",
+                lock_names[k], (unsigned long long)l->waits, (unsigned long long)l->spins,
+                (unsigned long long)l->yields,
+                (unsigned long long)(l->wait_ns / 1000), (unsigned long long)(l->max_wait_ns / 1000));
+    }
     static const char *const fork_states[] = {
         [HAK_FORK_NOT_YET] = "not registered yet (hakmem not initialised)",
         [HAK_FORK_REGISTERED] = "registered",

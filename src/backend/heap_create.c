@@ -6,12 +6,13 @@
 
 #include <string.h>
 
-struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT };
+struct hak_heap_registry hak_heaps = { .lock = HAK_SPINLOCK_INIT_KIND(HAK_LOCK_HEAP_LIST) };
 
 struct hak_heap *hak_heap_new(void) {
     struct hak_heap *h = hak_os_meta_alloc(sizeof *h);
     if (!h) return NULL;
     memset(h, 0, sizeof *h);
+    h->lock.kind = HAK_LOCK_HEAP;
     /* the clock's stamps start now: a stamp of 0 reads as the future for
      * the half of its 49.7-day cycle past 2^31 ms, and a heap whose first
      * tick waits for that time never ticks */

@@ -26,7 +26,7 @@ static struct {
     hak_spinlock_t lock;
     struct hak_large *cache;    /* most recently freed first */
     size_t cached_bytes;
-} large = { .lock = HAK_SPINLOCK_INIT };
+} large = { .lock = HAK_SPINLOCK_INIT_KIND(HAK_LOCK_LARGE) };
 
 /* Gives back the written pages of span h from byte `from` of it on (never
  * its header's page). */

@@ -16,7 +16,7 @@ static struct {
     struct hak_superslab *ready, *purged;
     size_t nready, npurged;
     struct hak_ss_pool_stats st;
-} pool = { .lock = HAK_SPINLOCK_INIT };
+} pool = { .lock = HAK_SPINLOCK_INIT_KIND(HAK_LOCK_SS_POOL) };
 
 /* With pool.lock held: ss (its pages given back, or never touched) joins
  * the purged list. */

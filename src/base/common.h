@@ -54,12 +54,29 @@
 
 static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
+/* What a lock guards, for the wait counts (base/spin_lock.c, reported by
+ * hak_stats_get in the same order: include/hakmem.h). */
+enum hak_lock_kind {
+    HAK_LOCK_HEAP,       /* a heap's runs and lists */
+    HAK_LOCK_HEAP_LIST,  /* the registry of heaps and the abandoned queue */
+    HAK_LOCK_SS_POOL,    /* the pool of empty SuperSlabs */
+    HAK_LOCK_LARGE,      /* the large spans' cache */
+    HAK_LOCK_OS_META,    /* the metadata region (os layer, its own lock) */
+    HAK_LOCK_OTHER,      /* init, fork, the memcheck size table */
+    HAK_LOCK_NKINDS
+};
 /* A test-and-test-and-set lock for rare global paths (SuperSlab pool, large
  * cache, heap adoption) and for a heap's misses. It never sleeps in the kernel: no futex can come
- * from hakmem. Contention backs off by yielding (base/spin_lock.c). */
-typedef struct { atomic_int v; } hak_spinlock_t;
-#define HAK_SPINLOCK_INIT { 0 }
+ * from hakmem. Contention backs off by yielding (os/os.c, hak_os_lock_wait). */
+typedef struct { atomic_int v; uint32_t kind; } hak_spinlock_t;
+#define HAK_SPINLOCK_INIT { 0, HAK_LOCK_OTHER }
+#define HAK_SPINLOCK_INIT_KIND(k) { 0, (k) }
+/* The contended path: waits, counted under l->kind. */
 void hak_spin_lock_slow(hak_spinlock_t *l);
+/* The wait counts of the spin locks of each kind (out[HAK_LOCK_NKINDS]; the
+ * os meta lock counts its own: hak_os_meta_lock_waits). */
+struct hak_lock_waits;
+void hak_spin_lock_waits(struct hak_lock_waits *out);
 static inline void hak_spin_lock(hak_spinlock_t *l) {
     if (HAK_LIKELY(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0))
         return;

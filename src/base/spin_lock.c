@@ -1,15 +1,23 @@
-/* The spin lock's contended path (base/common.h): spin on a read a while,
- * then let other threads run. Never sleeps in the kernel. */
+/* The spin lock's contended path and its wait counts, one set per kind of
+ * lock (base/common.h). The waiting itself is the os layer's
+ * (hak_os_lock_wait: spin a while, then yield), shared with its own lock. */
 #include "base/common.h"
 #include "os/os.h"
 
+static struct hak_lock_waits counts[HAK_LOCK_NKINDS];
+
 void hak_spin_lock_slow(hak_spinlock_t *l) {
-    for (unsigned spins = 0;; spins++) {
-        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
-            if (spins++ < 64) __builtin_ia32_pause();
-            else hak_os_yield();
-        }
-        if (atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0)
-            return;
-    }
+    unsigned k = l->kind < HAK_LOCK_NKINDS ? l->kind : HAK_LOCK_OTHER;
+    hak_os_lock_wait(&l->v, &counts[k]);
+}
+
+void hak_spin_lock_waits(struct hak_lock_waits *out) {
+    for (unsigned k = 0; k < HAK_LOCK_NKINDS; k++)
+        out[k] = (struct hak_lock_waits){
+            .waits = __atomic_load_n(&counts[k].waits, __ATOMIC_RELAXED),
+            .spins = __atomic_load_n(&counts[k].spins, __ATOMIC_RELAXED),
+            .yields = __atomic_load_n(&counts[k].yields, __ATOMIC_RELAXED),
+            .wait_ns = __atomic_load_n(&counts[k].wait_ns, __ATOMIC_RELAXED),
+            .max_wait_ns = __atomic_load_n(&counts[k].max_wait_ns, __ATOMIC_RELAXED),
+        };
 }

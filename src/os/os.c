@@ -22,6 +22,46 @@ void hak_os_yield(void) {
     sched_yield();
 }
 
+/* Rounds of the pause loop (a few microseconds: most holders are done by
+ * then when they run), then yields until the word is free. A futex sleep
+ * after the spins makes convoys when threads outnumber cores (docs/
+ * PERFORMANCE.md, "Locks when threads outnumber cores"). */
+#define LOCK_SPINS 64
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc) {
+    uint64_t t0 = hak_os_clock_ns(), spins = 0, yields = 0;
+    for (;;) {
+        while (atomic_load_explicit(word, memory_order_relaxed)) {
+            if (spins < LOCK_SPINS) {
+                spins++;
+                cpu_relax();
+            } else {
+                yields++;
+                sched_yield();
+            }
+        }
+        if (atomic_exchange_explicit(word, 1, memory_order_acquire) == 0)
+            break;
+    }
+    __atomic_fetch_add(&acc->waits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acc->spins, spins, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acc->yields, yields, __ATOMIC_RELAXED);
+    uint64_t waited = hak_os_clock_ns() - t0;
+    __atomic_fetch_add(&acc->wait_ns, waited, __ATOMIC_RELAXED);
+    uint64_t max = __atomic_load_n(&acc->max_wait_ns, __ATOMIC_RELAXED);
+    while (waited > max && !__atomic_compare_exchange_n(&acc->max_wait_ns, &max, waited, 1,
+                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
 /* Mappings are accounted (no MAP_NORESERVE): under the kernel's default
  * overcommit heuristic, a request larger than RAM and swap together is
  * refused at once, so malloc returns NULL with ENOMEM as glibc's does,
@@ -59,6 +99,12 @@ void hak_os_unmap(void *p, size_t size) {
     int saved = errno;
     munmap(p, size);
     errno = saved;
+}
+
+uint64_t hak_os_clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 uint32_t hak_os_clock_ms(void) {
@@ -239,35 +285,66 @@ int hak_os_protect(void *p, size_t size, int access) {
     return r;
 }
 
-/* Metadata (heaps) comes from a bump region refilled 64 KiB at a time,
- * under a lock of this layer's own (base's spin lock is a layer above). */
-static atomic_int meta_lock;
-static char *meta_cur, *meta_end;
+/* Metadata (heaps) comes from a bump region of 1 MiB (or one request's
+ * size) at a time: room for some 280 heaps, of pages that take memory
+ * only once written. Its offset is bumped with an atomic add, no lock: the
+ * threads that start at once each make a heap, and a lock here made them
+ * wait for a holder the scheduler had taken off the CPU (hundreds of
+ * threads on two cores: seconds). A lock of this layer's own (base's spin
+ * lock is a layer above) only keeps two threads from mapping the next
+ * region at once, and fork from copying one half installed. A region's
+ * header is at its end, so a request of its own is page-aligned. */
+#define META_REGION ((size_t)1 << 20)
+struct meta_region {
+    _Atomic size_t used;   /* bytes handed out (past size once spent) */
+    size_t size;           /* bytes before this header */
+};
+static _Atomic(struct meta_region *) meta_region;
+static _Atomic int meta_lock;
+static struct hak_lock_waits meta_waits;
 
 static void meta_lock_take(void) {
-    while (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
-        while (atomic_load_explicit(&meta_lock, memory_order_relaxed)) sched_yield();
+    if (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
+        hak_os_lock_wait(&meta_lock, &meta_waits);
 }
-static void meta_lock_drop(void) {
-    atomic_store_explicit(&meta_lock, 0, memory_order_release);
+static void meta_lock_drop(void) { atomic_store_explicit(&meta_lock, 0, memory_order_release); }
+
+void hak_os_meta_lock_waits(struct hak_lock_waits *out) {
+    out->waits = __atomic_load_n(&meta_waits.waits, __ATOMIC_RELAXED);
+    out->spins = __atomic_load_n(&meta_waits.spins, __ATOMIC_RELAXED);
+    out->yields = __atomic_load_n(&meta_waits.yields, __ATOMIC_RELAXED);
+    out->wait_ns = __atomic_load_n(&meta_waits.wait_ns, __ATOMIC_RELAXED);
+    out->max_wait_ns = __atomic_load_n(&meta_waits.max_wait_ns, __ATOMIC_RELAXED);
 }
 
 void *hak_os_meta_alloc(size_t size) {
     size = align_up(size, 64);
-    meta_lock_take();
-    if ((size_t)(meta_end - meta_cur) < size) {
-        size_t chunk = size > 65536 ? align_up(size, OS_PAGE_SIZE) : 65536;
-        int saved = errno;
-        void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        errno = saved;
-        if (p == MAP_FAILED) { meta_lock_drop(); return NULL; }
-        meta_cur = p;
-        meta_end = meta_cur + chunk;
+    for (;;) {
+        struct meta_region *r = atomic_load_explicit(&meta_region, memory_order_acquire);
+        if (r) {
+            size_t off = atomic_fetch_add_explicit(&r->used, size, memory_order_relaxed);
+            if (off <= r->size && r->size - off >= size) return (char *)r - r->size + off;
+        }
+        meta_lock_take();
+        if (atomic_load_explicit(&meta_region, memory_order_relaxed) == r) {   /* still spent */
+            size_t chunk = align_up(size + sizeof *r, OS_PAGE_SIZE);
+            if (chunk < META_REGION) chunk = META_REGION;
+            int saved = errno;
+            void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            errno = saved;
+            if (p == MAP_FAILED) {
+                meta_lock_drop();
+                return NULL;
+            }
+            struct meta_region *n = (struct meta_region *)((char *)p + chunk - sizeof *n);
+            n->size = chunk - sizeof *n;
+            atomic_store_explicit(&n->used, size, memory_order_relaxed);   /* the first block: ours */
+            atomic_store_explicit(&meta_region, n, memory_order_release);
+            meta_lock_drop();
+            return p;
+        }
+        meta_lock_drop();   /* another thread mapped one meanwhile: bump it */
     }
-    void *r = meta_cur;
-    meta_cur += size;
-    meta_lock_drop();
-    return r;
 }
 
 void hak_os_fork_prepare(void) { meta_lock_take(); }

@@ -6,6 +6,7 @@
 #ifndef HAK_OS_H
 #define HAK_OS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,8 +33,27 @@ size_t hak_os_page_size(void);
  * page size (up to 64 KiB); a pool SuperSlab's purge starts past the
  * kernel page that holds its header (madvise refuses an unaligned start). */
 int hak_os_pages_match(void);
-/* Lets another thread run (a spin lock's or a reader wait's back-off). */
+/* Lets another thread run (a reader wait's back-off). */
 void hak_os_yield(void);
+/* A fine monotonic clock in nanoseconds (the vDSO's, no system call): for
+ * timing lock waits, on contended paths only. */
+uint64_t hak_os_clock_ns(void);
+
+/* What waiting for a lock cost: acquisitions that found it held, the
+ * pause-loop rounds and CPU yields they spent, and the time from the
+ * failed first try to the acquisition. Counted on the contended path only,
+ * with atomic adds (several threads wait at once). */
+struct hak_lock_waits {
+    uint64_t waits, spins, yields, wait_ns;
+    uint64_t max_wait_ns;   /* the longest single wait */
+};
+/* The contended path of a lock word (0 free, 1 held): spins a bounded
+ * number of rounds while the holder may still be running, then yields the
+ * CPU between looks, and takes the word when it is free; counts into acc.
+ * Never sleeps in the kernel. */
+void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc);
+/* The metadata region's lock (hak_os_meta_alloc), read without stopping it. */
+void hak_os_meta_lock_waits(struct hak_lock_waits *out);
 /* Writes n bytes of a message to stderr, unbuffered (no malloc). */
 void hak_os_write_stderr(const char *buf, size_t n);
 /* Writes n bytes to descriptor fd, unbuffered, retrying short writes. */

@@ -13,8 +13,23 @@
  *
  * Any damage prints a message naming the block and exits with status 1.
  *
+ * Threads may outnumber the cores many times over (up to 1024): the
+ * allocator's locks on its miss paths then wait for holders that the
+ * scheduler took off the CPU. Past 16 threads each thread keeps fewer
+ * blocks of its own and the shared array stops growing (LIVE_BLOCKS), so
+ * the memory held stays about that of 16 threads whatever the count.
+ *
+ * A watchdog ends the run (status 1) when no thread makes progress for
+ * --watchdog seconds (default 60): a lock that never comes free is a
+ * failure, not a test timeout.
+ *
  * Short run (meson test, suite 'stress'):
  *   stress --threads 4 --seconds 5
+ *   stress --threads 64 --seconds 2; stress --threads 256 --seconds 2
+ * Soak (manual, 10 minutes, 256 threads on a 2-core machine): the process's
+ * RSS is sampled every second and must stay flat (see check_rss):
+ *   nice -n 10 ./build/tests/stress/stress --threads 256 --soak 600
+ *   HAKMEM_SAFETY=mincore HAKMEM_STATS=1 ./build/tests/stress/stress --threads 256 --soak 600
  * Long soak (manual), e.g. 10 minutes under each box:
  *   ./build/tests/stress/stress --threads 8 --seconds 600 --seed 1
  *   HAKMEM_POOL=none  ./build/tests/stress/stress --threads 8 --seconds 600
@@ -43,7 +58,11 @@
 
 #include "../ht-api.h"
 
-enum { MAX_THREADS = 64, LOCAL_SLOTS = 128, SHARED_PER_THREAD = 256 };
+/* LIVE_BLOCKS: the blocks a thread keeps of its own (at most LOCAL_SLOTS,
+ * at least MIN_LOCAL_SLOTS) and those of the shared array (at most
+ * MAX_SHARED) are cut down so that about this many are live at once. */
+enum { MAX_THREADS = 1024, LOCAL_SLOTS = 128, MIN_LOCAL_SLOTS = 8, SHARED_PER_THREAD = 256,
+       MAX_SHARED = 4096, LIVE_BLOCKS = 2048 };
 
 /* How a block was obtained: decides what is checked right after. */
 enum kind { K_MALLOC, K_CALLOC, K_ALIGNED, K_POSIX_MEMALIGN, K_MEMALIGN, K_REALLOC_NULL, K_NKINDS };
@@ -74,11 +93,16 @@ static uint64_t opt_iterations = 0;
 static uint64_t opt_seed = 1;
 static int opt_verbose = 0;
 static int opt_corrupt = 0;   /* --corrupt: damage one block on purpose (checks the checker) */
+static int opt_soak = 0;      /* --soak S: run S seconds, sample RSS, check it stays flat */
+static double opt_watchdog = 60;
+static int n_local = LOCAL_SLOTS;   /* blocks a thread keeps of its own */
 
 static atomic_int stop;
 static atomic_uint_fast64_t total_ops;
 static atomic_uint_fast64_t n_allocs, n_frees, n_reallocs, n_transfers, n_remote_frees, n_threads_made;
 static atomic_uint_fast64_t bytes_checked;
+static atomic_uint_fast64_t progress;   /* grows while any thread works: the watchdog's */
+static atomic_int_fast64_t live_bytes;  /* requested bytes of the blocks live now */
 
 static uint64_t
 mix (uint64_t x)
@@ -280,6 +304,7 @@ alloc_block (struct block *b, uint64_t *rng, unsigned self)
   b->seed = pattern_base (p, size, rnd (rng));
   b->origin = self;
   fill (b->p, size, b->seed);
+  atomic_fetch_add_explicit (&live_bytes, (int_fast64_t) size, memory_order_relaxed);
   atomic_fetch_add_explicit (&n_allocs, 1, memory_order_relaxed);
 }
 
@@ -293,6 +318,7 @@ free_block (struct block *b, unsigned self, const char *why)
   if (b->origin != self)
     atomic_fetch_add_explicit (&n_remote_frees, 1, memory_order_relaxed);
   A (free) (b->p);
+  atomic_fetch_sub_explicit (&live_bytes, (int_fast64_t) b->size, memory_order_relaxed);
   b->p = NULL;
   atomic_fetch_add_explicit (&n_frees, 1, memory_order_relaxed);
 }
@@ -322,6 +348,8 @@ realloc_block (struct block *b, uint64_t *rng, unsigned self)
   if (usable < nsize)
     die ("thread %u: malloc_usable_size(%p) = %zu < %zu after realloc", self, (void *) q, usable,
          nsize);
+  atomic_fetch_add_explicit (&live_bytes, (int_fast64_t) nsize - (int_fast64_t) b->size,
+                             memory_order_relaxed);
   b->p = q;
   b->size = nsize;
   b->seed = pattern_base (q, nsize, rnd (rng));
@@ -369,10 +397,13 @@ worker_main (void *arg)
   memset (local, 0, sizeof local);
   for (uint64_t op = 0; op < w->lifetime; op++)
     {
+      /* every op: with hundreds of threads on two cores, one that looked
+       * only every 64 ops would take seconds to see the stop */
+      if (atomic_load_explicit (&stop, memory_order_relaxed))
+        break;
       if ((op & 63) == 0)
         {
-          if (atomic_load_explicit (&stop, memory_order_relaxed))
-            break;
+          atomic_fetch_add_explicit (&progress, 1, memory_order_relaxed);
           if (opt_iterations
               && atomic_fetch_add_explicit (&total_ops, 64, memory_order_relaxed) >= opt_iterations)
             {
@@ -380,7 +411,7 @@ worker_main (void *arg)
               break;
             }
         }
-      struct block *b = &local[rnd (&rng) % LOCAL_SLOTS];
+      struct block *b = &local[rnd (&rng) % (unsigned) n_local];
       unsigned r = (unsigned) (rnd (&rng) % 100);
       if (r < 40)
         {
@@ -409,7 +440,7 @@ worker_main (void *arg)
 
   /* Dying: about half of the blocks are left in the shared array (their
    * owner heap goes away while they live on), the rest are freed here. */
-  for (int i = 0; i < LOCAL_SLOTS; i++)
+  for (int i = 0; i < n_local; i++)
     {
       if (!local[i].p)
         continue;
@@ -432,6 +463,70 @@ now (void)
 
 static unsigned next_serial;
 
+/* The process's resident set in KiB (VmRSS), or -1. */
+static long
+rss_kib (void)
+{
+  FILE *f = fopen ("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets (line, sizeof line, f))
+    if (sscanf (line, "VmRSS: %ld", &kib) == 1)
+      break;
+  fclose (f);
+  return kib;
+}
+
+struct sample
+{
+  long rss_kib;
+  int64_t live_kib;   /* the blocks the program holds: its own part of the RSS */
+};
+
+/* The soak's verdict on RSS sampled once a second. The first tenth of the
+ * samples is left out (caches and the shared array fill from empty: the
+ * RSS climbs for some 10 s), then the first quarter's mean of the rest is
+ * compared with the last quarter's. What the program holds itself
+ * moves (a few large blocks of up to 4 MiB dominate it), so that part of
+ * the change is taken out: the rest is the allocator's own (caches, pool,
+ * metadata, pages not given back), which must not creep up. The margin,
+ * 10% of the first quarter's RSS (at least 16 MiB), is several times the
+ * spread of quarter means seen on runs of the default box, and below what
+ * a leak of one small block per thread made, or of a heap's pages per
+ * thread exit, adds over 10 minutes. */
+static void
+check_rss (const struct sample *smp, size_t n)
+{
+  size_t warm = n / 10;
+  smp += warm;
+  n -= warm;
+  if (n < 8)
+    die ("soak: only %zu RSS samples past the warm-up: run it longer", n);
+  size_t q = n / 4;
+  double rss0 = 0, rss1 = 0, live0 = 0, live1 = 0;
+  for (size_t i = 0; i < q; i++)
+    {
+      rss0 += (double) smp[i].rss_kib;
+      live0 += (double) smp[i].live_kib;
+      rss1 += (double) smp[n - q + i].rss_kib;
+      live1 += (double) smp[n - q + i].live_kib;
+    }
+  rss0 /= (double) q;
+  rss1 /= (double) q;
+  live0 /= (double) q;
+  live1 /= (double) q;
+  double growth = (rss1 - rss0) - (live1 - live0);
+  double margin = rss0 * 0.10 > 16384 ? rss0 * 0.10 : 16384;
+  printf ("stress: soak: RSS mean first quarter %.0f KiB (program's blocks %.0f KiB), last quarter"
+          " %.0f KiB (%.0f KiB); allocator's own growth %+.0f KiB, allowed %.0f KiB\n",
+          rss0, live0, rss1, live1, growth, margin);
+  if (growth > margin)
+    die ("soak: RSS grew by %.0f KiB beyond the program's own blocks (allowed %.0f KiB)", growth,
+         margin);
+}
+
 static void
 start_worker (struct worker *w, uint64_t *rng)
 {
@@ -446,13 +541,74 @@ start_worker (struct worker *w, uint64_t *rng)
   atomic_fetch_add_explicit (&n_threads_made, 1, memory_order_relaxed);
 }
 
+/* The monitor thread: the watchdog, and in a soak the RSS samples. Not
+ * the main thread: it waits in pthread_join for each ending worker, which
+ * with hundreds of threads on two cores can take seconds to run its exit. */
+static struct sample *samples;
+static size_t n_samples, max_samples;
+static atomic_int monitor_quit;
+static double t_start;
+
+static void
+take_sample (void)
+{
+  struct sample *sm = &samples[n_samples++];
+  sm->rss_kib = rss_kib ();
+  sm->live_kib = atomic_load (&live_bytes) / 1024;
+  if (sm->rss_kib < 0)
+    die ("soak: cannot read VmRSS from /proc/self/status");
+  if (n_samples % (opt_verbose ? 5 : 60) == 0)
+    {
+      printf ("stress: soak: %4.0f s: RSS %ld KiB, program's blocks %" PRId64 " KiB, %" PRIuFAST64
+              " allocs, %" PRIuFAST64 " threads made\n",
+              now () - t_start, sm->rss_kib, sm->live_kib, atomic_load (&n_allocs),
+              atomic_load (&n_threads_made));
+      fflush (stdout);
+    }
+}
+
+/* Ends the run when the progress counter has not moved for opt_watchdog
+ * seconds: some thread waits for a lock nobody will release, or the
+ * scheduler never lets the holder run. */
+static void *
+monitor_main (void *arg)
+{
+  (void) arg;
+  uint_fast64_t seen = atomic_load (&progress);
+  double since = now (), next_sample = t_start + 1;
+  while (!atomic_load (&monitor_quit))
+    {
+      usleep (100 * 1000);
+      double t = now ();
+      uint_fast64_t p = atomic_load (&progress);
+      if (p != seen)
+        {
+          seen = p;
+          since = t;
+        }
+      else if (t - since >= opt_watchdog)
+        die ("no thread made progress for %.0f s (a hang: a lock never released?)", opt_watchdog);
+      /* here too, not only in the main thread, which may sit in a join */
+      if (opt_seconds > 0 && t - t_start >= opt_seconds)
+        atomic_store (&stop, 1);
+      if (samples && t >= next_sample && !atomic_load (&stop) && n_samples < max_samples)
+        {
+          take_sample ();
+          next_sample += 1;
+        }
+    }
+  return NULL;
+}
+
 static void __attribute__ ((noreturn))
 usage (void)
 {
   fprintf (stderr,
            "usage: stress [--threads N] [--seconds S | --iterations N] [--seed X] [--verbose]\n"
+           "              [--soak S]    (S seconds; RSS sampled every second must stay flat)\n"
+           "              [--watchdog S] (fail when no thread progresses for S s; default 60)\n"
            "              [--corrupt]   (damage one block on purpose: must fail)\n"
-           "  default: 4 threads, 5 seconds, seed 1\n");
+           "  default: 4 threads, 5 seconds, seed 1; threads 1 to 1024\n");
   exit (2);
 }
 
@@ -484,6 +640,13 @@ main (int argc, char **argv)
         opt_iterations = strtoull (v, &end, 0);
       else if (!strcmp (a, "--seed"))
         opt_seed = strtoull (v, &end, 0);
+      else if (!strcmp (a, "--soak"))
+        {
+          opt_seconds = strtod (v, &end);
+          opt_soak = 1;
+        }
+      else if (!strcmp (a, "--watchdog"))
+        opt_watchdog = strtod (v, &end);
       else
         usage ();
       if (*end)
@@ -491,24 +654,45 @@ main (int argc, char **argv)
     }
   if (opt_threads < 1 || opt_threads > MAX_THREADS)
     usage ();
+  if (opt_soak && (opt_iterations || opt_seconds <= 0))
+    usage ();
   if (opt_seconds <= 0 && !opt_iterations)
     opt_seconds = 5;
+  if (opt_watchdog <= 0)
+    usage ();
 
+  n_local = LIVE_BLOCKS / opt_threads;
+  if (n_local > LOCAL_SLOTS)
+    n_local = LOCAL_SLOTS;
+  if (n_local < MIN_LOCAL_SLOTS)
+    n_local = MIN_LOCAL_SLOTS;
   n_shared = (size_t) opt_threads * SHARED_PER_THREAD;
+  if (n_shared > MAX_SHARED)
+    n_shared = MAX_SHARED;
   shared = calloc (n_shared, sizeof *shared);
   if (!shared)
     die ("no memory for the shared array");
   for (size_t i = 0; i < n_shared; i++)
     pthread_mutex_init (&shared[i].lock, NULL);
 
-  printf ("stress: %d threads, %s %g, seed %" PRIu64 "\n", opt_threads,
-          opt_iterations ? "iterations" : "seconds",
-          opt_iterations ? (double) opt_iterations : opt_seconds, opt_seed);
+  printf ("stress: %d threads, %s %g, seed %" PRIu64 "; %d blocks per thread, %zu shared%s\n",
+          opt_threads, opt_iterations ? "iterations" : "seconds",
+          opt_iterations ? (double) opt_iterations : opt_seconds, opt_seed, n_local, n_shared,
+          opt_soak ? "; soak: RSS sampled every second" : "");
   fflush (stdout);
+
+  max_samples = opt_soak ? (size_t) opt_seconds + 16 : 0;
+  if (opt_soak && !(samples = calloc (max_samples, sizeof *samples)))
+    die ("no memory for the RSS samples");
 
   uint64_t rng = mix (opt_seed);
   struct worker *ws = calloc ((size_t) opt_threads, sizeof *ws);
   double t0 = now (), last_report = t0;
+  t_start = t0;
+  pthread_t monitor;
+  int mrc = pthread_create (&monitor, NULL, monitor_main, NULL);
+  if (mrc != 0)
+    die ("pthread_create (monitor): %s", strerror (mrc));
   for (int i = 0; i < opt_threads; i++)
     start_worker (&ws[i], &rng);
 
@@ -543,6 +727,8 @@ main (int argc, char **argv)
     }
 
   /* Everything left in the shared array must still be intact. */
+  atomic_store (&monitor_quit, 1);
+  pthread_join (monitor, NULL);
   size_t left = 0;
   for (size_t i = 0; i < n_shared; i++)
     if (shared[i].b.p)
@@ -552,15 +738,19 @@ main (int argc, char **argv)
       }
 
   double secs = now () - t0;
-  printf ("stress: OK: %.1f s, %" PRIuFAST64 " allocs, %" PRIuFAST64 " frees (%" PRIuFAST64
-          " remote), %" PRIuFAST64 " reallocs, %" PRIuFAST64 " transfers, %" PRIuFAST64
+  if (opt_soak)
+    check_rss (samples, n_samples);
+  printf ("stress: OK: %.1f s, %.0f allocs/s, %" PRIuFAST64 " allocs, %" PRIuFAST64
+          " frees (%" PRIuFAST64 " remote), %" PRIuFAST64 " reallocs, %" PRIuFAST64 " transfers, %" PRIuFAST64
           " threads, %zu blocks outlived their thread, %.1f MiB verified\n",
-          secs, atomic_load (&n_allocs), atomic_load (&n_frees), atomic_load (&n_remote_frees),
+          secs, (double) atomic_load (&n_allocs) / secs, atomic_load (&n_allocs),
+          atomic_load (&n_frees), atomic_load (&n_remote_frees),
           atomic_load (&n_reallocs), atomic_load (&n_transfers), atomic_load (&n_threads_made),
           left, (double) atomic_load (&bytes_checked) / (double) MiB);
   if (atomic_load (&n_allocs) != atomic_load (&n_frees))
     die ("%" PRIuFAST64 " allocations but %" PRIuFAST64 " frees", atomic_load (&n_allocs),
          atomic_load (&n_frees));
+  free (samples);
   free (ws);
   for (size_t i = 0; i < n_shared; i++)
     pthread_mutex_destroy (&shared[i].lock);
