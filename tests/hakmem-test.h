@@ -413,6 +413,26 @@ ht_alloc_filled (void **b, size_t n, size_t size, int byte)
     }
 }
 
+/* The size of the class malloc(size) takes: the smallest usable size of
+ * 16 blocks, as a free block of a larger class may stand in for one (at
+ * most 8 misses of a class a thread, front/front.h). */
+static inline size_t
+ht_class_size (size_t size)
+{
+  void *p[16];
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < G_N_ELEMENTS (p); i++)
+    {
+      p[i] = T (malloc) (size);
+      g_assert_nonnull (p[i]);
+      size_t us = T (malloc_usable_size) (p[i]);
+      best = us < best ? us : best;
+    }
+  for (size_t i = 0; i < G_N_ELEMENTS (p); i++)
+    T (free) (p[i]);
+  return best;
+}
+
 /* TRUE in a fresh process that runs the calling test case (with the
  * allocator's state of a new process); in the test's own process, starts
  * it, checks that it passed and returns FALSE. */

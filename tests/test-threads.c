@@ -1117,9 +1117,7 @@ test_refill_carves_a_page (void)
   if (g_test_subprocess ())
     {
       void *b[CARVED_WANTED];
-      void *probe = T (malloc) (CARVED_SIZE);
-      unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
-      T (free) (probe);
+      unsigned class_size = (unsigned) ht_class_size (CARVED_SIZE);
       unsigned long long before = stats_class_carved (class_size);
       join (spawn (alloc_carved_class, b));   /* a new heap: it has nothing to reuse */
       unsigned long long carved = stats_class_carved (class_size) - before;
@@ -1157,9 +1155,7 @@ static void
 check_growth_refills_in_runs (int wanted, size_t size)
 {
   Growth g = { g_new0 (void *, wanted), wanted, size };
-  void *probe = T (malloc) (size);
-  unsigned class_size = (unsigned) T (malloc_usable_size) (probe);
-  T (free) (probe);
+  unsigned class_size = (unsigned) ht_class_size (size);
   unsigned long long refills0, carved0, refills, carved;
   stats_class (class_size, &refills0, &carved0);
   join (spawn (alloc_growth, &g));   /* a new heap: it has nothing to reuse */

@@ -217,7 +217,20 @@ unsigned hak_ss_pool_decay(uint32_t now_ms, uint32_t period_ms, unsigned budget)
 }
 
 unsigned hak_ss_per_slab(size_t bs) {
-    return bs <= HAK_SLAB_SIZE ? (unsigned)(HAK_SLAB_SIZE / bs) : 0;
+    if (bs > HAK_SLAB_SIZE) return 0;
+    size_t tail = HAK_SLAB_SIZE % bs;   /* its part in the last block's page is resident */
+    if (tail % HAK_PAGE_SIZE > HAK_SLAB_SIZE / 32 || (bs > HAK_SLAB_SIZE / 2 && tail > HAK_SLAB_SIZE / 16))
+        return 0;
+    return (unsigned)(HAK_SLAB_SIZE / bs);
+}
+
+/* Slabs of a run whose blocks are laid end to end: the fewest that leave
+ * at most a 32nd of the run past its last block, or 16 (33,792 B: 17
+ * blocks in 9 slabs). */
+static size_t end_to_end_slabs(size_t bs) {
+    size_t n = 1;
+    while (n < 16 && (n << HAK_SLAB_SHIFT) % bs > (n << HAK_SLAB_SHIFT) / 32) n++;
+    return n;
 }
 
 /* Fewest blocks of bs bytes (> a slab) that end on a slab boundary. */
@@ -243,11 +256,14 @@ unsigned hak_ss_run_slabs(unsigned cls, unsigned level) {
      * random, that happens to 66% of 4-block runs but 18% of 16-block ones,
      * and vectors that double by realloc leave each class's count swinging
      * (docs/PERFORMANCE.md, "Runs"). Classes
-     * laid over their run (above 64 KiB) keep one size, which their
+     * laid over their run (above 64 KiB, and those hak_ss_per_slab lays
+     * so) keep one size, which their
      * block-start check (hak_class_run_check) assumes. */
     size_t n;
     if (bs > HAK_SLAB_SIZE)
         n = blocks_filling_slabs(bs) * bs / HAK_SLAB_SIZE;
+    else if (!hak_ss_per_slab(bs))
+        n = end_to_end_slabs(bs);
     else if (bs >= HAK_RUN_SMALL_FROM)
         n = 1;
     else

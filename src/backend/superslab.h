@@ -41,7 +41,7 @@ struct hak_slab {
     uint8_t state;
     uint8_t index;           /* slab index in its SuperSlab */
     uint8_t seen_empty;      /* a partial run with no block out at its heap's last decay tick */
-    uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (> 64 KiB) */
+    uint16_t per_slab;       /* blocks in each slab; 0: laid end to end (hak_ss_per_slab) */
     /* Hollow blocks (backend/heap_hollow.c): free blocks whose pages went
      * back to the OS, off the free list, one bit each in the run's bitmap
      * (hak_slab_hollow_bits) */
@@ -236,10 +236,22 @@ static inline int hak_slab_is_block_start(const struct hak_slab *s, const void *
 struct hak_superslab *hak_ss_acquire(struct hak_heap *owner);
 void hak_ss_release(struct hak_superslab *ss);
 /* Blocks per slab for a block size up to 64 KiB (blocks stay inside their
- * slab); 0 above, where they are laid end to end over the run. */
+ * slab); 0 above, where they are laid end to end over the run, and for
+ * the few smaller classes that would leave more than a 32nd of a slab's
+ * memory unused (the unused bytes in the last block's page are resident:
+ * 4,224 B, 15 a slab, 2,176 B in their last page, 3.4% of the memory of a
+ * program made of such blocks) or, one block a slab, more than a 16th of
+ * its address space (33,792 B: 48%). In slab layout the free hit path
+ * checks a block start from the pointer alone; laid end to end, frees
+ * take hak_free_miss's run check, about 26 instructions and a table read
+ * more: laying the classes from 8 to 32 KiB that fit a slab badly (two
+ * 24,576-byte blocks a slab, a quarter of it unused) so made mid_large_mt
+ * take twice the time, so they keep slab layout, and the address space
+ * they leave unused. */
 unsigned hak_ss_per_slab(size_t bs);
 /* Slabs per run for a class: enough for 4 to 16 blocks, or, from
- * HAK_RUN_SMALL_FROM up, as few as fill whole slabs; at most 16 slabs. */
+ * HAK_RUN_SMALL_FROM up, as few as fill whole slabs, or, for blocks laid
+ * end to end, nearly; at most 16 slabs. */
 #define HAK_RUN_LEVELS 3u   /* run sizes a heap steps through for a class */
 #define HAK_RUN_SMALL_FROM (16u << 10)   /* blocks this size and up: smallest runs */
 unsigned hak_ss_run_slabs(unsigned cls, unsigned level);

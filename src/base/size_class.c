@@ -2,21 +2,27 @@
 
 #define HAK_STEPS8(b) (b) + 16, (b) + 32, (b) + 48, (b) + 64, (b) + 80, (b) + 96, (b) + 112, (b) + 128
 #define HAK_QUARTERS(b) (b) + (b) / 4, (b) + (b) / 2, (b) + 3 * (b) / 4, 2 * (b)
-#define HAK_MID_STEPS(b) (b) + (b) / 8, HAK_QUARTERS(b)
+#define HAK_EIGHTHS(b) (b) + (b) / 8, (b) + (b) / 4, (b) + 3 * (b) / 8, (b) + (b) / 2, \
+    (b) + 5 * (b) / 8, (b) + 3 * (b) / 4, (b) + 7 * (b) / 8, 2 * (b)
+#define HAK_PAST_EIGHTHS(b) (b) + (b) / 32, HAK_EIGHTHS(b)
+#define HAK_PAST_QUARTERS(b) (b) + (b) / 8, HAK_QUARTERS(b)
 const uint32_t hak_class_size[HAK_NCLASS] = {
     0,
     HAK_STEPS8(0u), HAK_STEPS8(128u),
-    /* the quarters from 256 to 1024, each one or two 16-byte steps past
-     * where that makes its blocks start on most lines of a page (see
-     * size_class.h): 320, 384 + 16, 448, 512 + 16, 640 + 32, 768 + 16,
-     * 896 + 32, 1024 + 16 */
-    320u, 400u, 448u, 528u, 672u, 784u, 928u, 1040u,
-    HAK_MID_STEPS(1024u), HAK_MID_STEPS(2048u), HAK_MID_STEPS(4096u), HAK_MID_STEPS(8192u),
-    HAK_MID_STEPS(16384u), HAK_MID_STEPS(32768u), HAK_MID_STEPS(65536u), HAK_MID_STEPS(131072u),
+    /* the quarters from 256 to 1024, with 624 and 704 for 640, the
+     * multiples of 128 moved one or two 16-byte steps, where their blocks
+     * start on most lines of a page (see size_class.h): 384 + 16,
+     * 512 + 16, 640 - 16, 768 + 16, 896 + 32, 1024 + 16 */
+    320u, 400u, 448u, 528u, 624u, 704u, 784u, 928u, 1040u,
+    HAK_PAST_QUARTERS(1024u), HAK_PAST_QUARTERS(2048u),
+    HAK_PAST_EIGHTHS(4096u), HAK_PAST_EIGHTHS(8192u), HAK_PAST_EIGHTHS(16384u), HAK_PAST_EIGHTHS(32768u),
+    HAK_PAST_QUARTERS(65536u), HAK_PAST_QUARTERS(131072u),
     /* for aligned requests only (size_class.h) */
     320u, 384u, 448u, 512u, 640u, 768u, 896u, 1024u,
 };
-#undef HAK_MID_STEPS
+#undef HAK_PAST_QUARTERS
+#undef HAK_PAST_EIGHTHS
+#undef HAK_EIGHTHS
 #undef HAK_QUARTERS
 #undef HAK_STEPS8
 _Static_assert(HAK_FINE_LAST * 16 == HAK_FINE_MAX, "fine classes are 16 B steps");

@@ -1,32 +1,45 @@
-/* Size classes: 16 B steps up to 256 B, then four classes per doubling up
- * to about 1 KiB (320, 400, 448, 528, 672, 784, 928, 1040), and above
- * five: an eighth past each power of two, then the quarters (1152, 1280,
- * 1536, 1792, 2048, 2304, ...) up to HAK_SMALL_MAX (256 KiB). Internal
- * waste: under 16 B per block up to 256 B; above, at most 25% plus 32 B at
- * a class boundary (12.5% just past a power of two from 1 KiB up), about
- * 10% on average for uniformly random sizes.
+/* Size classes: 16 B steps up to 256 B; the quarters to 1 KiB with 624
+ * and 704 in place of 640, the multiples of 128 shifted a step (320, 400,
+ * 448, 528, 624, 704, 784, 928, 1040); from 1 to 4 KiB an eighth past
+ * each power of two and the quarters (1152, 1280, 1536, 1792, 2048, 2304,
+ * 2560, 3072, ...); from 4 to 64 KiB a 32nd past each power of two and
+ * the eighths (4224, 4608, 5120, ..., 8192, 8448, 9216, ...); and to
+ * HAK_SMALL_MAX (256 KiB) an eighth past and the quarters. Internal waste:
+ * under 16 B per block up to 256 B; above, at most an eighth plus 16 B
+ * where the classes are the eighths and a quarter elsewhere, a 32nd just
+ * past a power of two from 4 to 32 KiB. A program made of blocks of a few
+ * sizes takes about glibc's memory when those sizes sit near a class
+ * (docs/PERFORMANCE.md, "Size classes", has the figures).
  *
- * Why 400, 528, 672, 784, 928 and 1040 and not the quarters themselves:
+ * Why not eighths everywhere: each class is carved to its own highest
+ * live count, so on a random mix of sizes the sum of those highs, what
+ * stays resident, grows with the number of classes, and the stats report
+ * (include/hakmem.h, HAK_STATS_MAX_CLASSES) has room for 96. The eighths
+ * go where blocks are large enough for waste to be memory that counts (4
+ * to 64 KiB). Below 1 KiB a random mix spreads over every class; from 1 to
+ * 4 KiB strings and vectors grown by realloc pass through every class on
+ * their way. A 32nd past the power of two catches its most common
+ * neighbour, a power-of-two payload plus a small header (a database page
+ * and its descriptor, a 4 KiB value and its length). 24 B stays in the
+ * 32-byte class: every block is 16-byte aligned like glibc's, which
+ * programs may rely on (C++'s __STDCPP_DEFAULT_NEW_ALIGNMENT__ is 16 on
+ * x86-64), and glibc's chunk for 24 bytes is 32 as well.
+ *
+ * Why 400, 528, 624, 784, 928 and 1040 and not the multiples of 128:
  * a program mostly touches the first line of each block (a header, a
  * vtable, a key), and blocks start at k * size in every slab. At 1024 B
  * they start on only 4 of a page's 64 lines, so the first lines of all a
  * program's 1 KiB blocks compete for 4 of the L1's 64 sets (and 1/16 of
  * the L2's, whose low index bits are the line's place in its page); 512 B
- * on 8, 768 B on 16, 384, 640 and 896 B on 32. A size 16 or 32 bytes past
- * the quarter makes a slab's blocks start on 55 to 64 lines (1040: 63,
- * 528: 55), which gives random mixes what per-run cache colours gave,
- * without their cost on free (docs/PERFORMANCE.md, "Size classes"). The cost: those
- * classes' blocks are 16- or 32-aligned, not naturally aligned, so
- * aligned requests from 257 B to 1 KiB take the quarters kept for them
- * (HAK_ALIGNED_FIRST), and a request of exactly 512 or 1024 bytes gets
- * 16 bytes more. Few classes above 256 B because each class
- * is carved to its own highest live count: on a random mix the sum of
- * those highs is what the heap keeps resident, and it falls with the
- * number of classes (docs/PERFORMANCE.md, "Size classes"). The extra class an
- * eighth past a power of two is for a common request, a power-of-two
- * payload plus a small header (a database page and its descriptor: 4 KiB
- * + a few hundred bytes, which the quarters would round to 5 KiB).
- * Requests above HAK_SMALL_MAX go to the large path.
+ * on 8, 768 B on 16, 384, 640 and 896 B on 32. A size 16 or 32 bytes
+ * past (16 short of 640) makes a slab's blocks start on 55 to 64 lines
+ * (1040: 63, 528: 55), which gives random mixes what per-run cache
+ * colours gave, without their cost on free (docs/PERFORMANCE.md, "Size
+ * classes"). The cost: those classes' blocks are 16- or 32-aligned, not
+ * naturally aligned, so aligned requests from 257 B to 1 KiB take the
+ * quarters kept for them (HAK_ALIGNED_FIRST), and a request of exactly 512
+ * or 1024 bytes gets 16 bytes more. Requests above HAK_SMALL_MAX go to the
+ * large path.
  *
  * Class 0 is no class: it is the tag of slabs not in use (zero-filled
  * memory means "not a block"), and its bin never holds a block, so
@@ -43,9 +56,9 @@
 #define HAK_CLASS_INVALID 0u
 #define HAK_CLASS_FIRST   1u
 #define HAK_FINE_LAST     16u                   /* classes 1..16: 16..256 B */
-#define HAK_TINY_LAST     24u                   /* classes 17..24: 320..1040 B */
-#define HAK_MID_LAST      64u                   /* classes 25..64: 1152 B..256 KiB */
-/* Classes 65..72: 320, 384, 448, 512, 640, 768, 896 and 1024 B, the
+#define HAK_TINY_LAST     25u                   /* classes 17..25: 320..1040 B */
+#define HAK_MID_LAST      81u                   /* classes 26..81: 1152 B..256 KiB */
+/* Classes 82..89: 320, 384, 448, 512, 640, 768, 896 and 1024 B, the
  * quarters from 256 B to 1 KiB. Aligned requests (memalign and the like,
  * alignment 32 B and up) of 257 B to 1 KiB take them, and only those:
  * they need a class whose size is a multiple of the alignment, and
@@ -53,10 +66,11 @@
  * memalign(512, 300) a 1,536-byte one (2-3x glibc's peak RSS on a program
  * made of such blocks; C++ gets them for every alignas(64) object).
  * malloc's tables never lead to them, and aligned requests never take
- * malloc's classes 17..24: so those need only 16-byte alignment, and any
+ * malloc's classes 17..28: so those need only 16-byte alignment, and any
  * larger class's free blocks may stand in for them (hak_class_stands_in). */
-#define HAK_ALIGNED_FIRST 65u
-#define HAK_NCLASS        73u                   /* 0, 24 tiny, 40 mid, 8 tiny for aligned requests */
+#define HAK_ALIGNED_FIRST 82u
+#define HAK_NCLASS        90u                   /* 0, 25 tiny, 56 mid, 8 tiny for aligned requests
+                                                 * (HAK_STATS_MAX_CLASSES, include/hakmem.h, is the most) */
 #define HAK_NBINS         HAK_NCLASS
 
 HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
@@ -90,7 +104,7 @@ struct hak_class_check hak_class_check_make(uint32_t d, uint32_t count);
  * are made by hak_ss_class_checks_init (backend/superslab.h). */
 void hak_size_class_init(void);
 
-/* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: the first of the eight
+/* Class of HAK_FINE_MAX < n <= HAK_TINY_MAX: the first of the nine
  * classes above 256 B that holds it. Slow paths only (the hit path has a
  * table by size). */
 HAK_INLINE unsigned hak_quarter_class(size_t n) {
@@ -105,15 +119,19 @@ HAK_INLINE int hak_class_is_tiny(unsigned cls) {
     return cls <= HAK_TINY_LAST || cls >= HAK_ALIGNED_FIRST;
 }
 
-/* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX: five per power of two, the
- * first an eighth past it (1152, 1280, 1536, 1792, 2048, 2304, ...); from
- * 1041 B up, so lg >= 10. */
+/* Class of HAK_TINY_MAX < n <= HAK_SMALL_MAX, from 1041 B up (lg >= 10):
+ * from 1 KiB and from 2 KiB, an eighth past and the quarters (five); from
+ * 4 KiB to 64 KiB, a 32nd past and the eighths
+ * (nine); from 64 KiB, an eighth past and the quarters (five). */
 HAK_INLINE unsigned hak_mid_class(size_t n) {
     size_t m = n - 1;
-    unsigned lg = 63u - (unsigned)__builtin_clzl(m);          /* lg >= 10 */
+    unsigned lg = 63u - (unsigned)__builtin_clzl(m);
     unsigned eighth = (unsigned)((m >> (lg - 3)) & 7u);      /* which eighth of it */
-    unsigned step = eighth < 2 ? eighth : (eighth >> 1) + 1; /* 9/8, 10/8, then quarters */
-    return HAK_TINY_LAST + 1 + (lg - 10) * 5 + step;
+    unsigned quarterly = eighth < 2 ? eighth : (eighth >> 1) + 1; /* 9/8, 10/8, then quarters */
+    unsigned first = HAK_TINY_LAST + 1;
+    if (lg < 12) return first + (lg - 10) * 5 + quarterly;
+    if (lg < 16) return first + 10 + (lg - 12) * 9 + ((m >> (lg - 5) & 31u) ? eighth + 1 : 0);
+    return first + 46 + (lg - 16) * 5 + quarterly;
 }
 
 /* Class of a request of n bytes, n <= HAK_TINY_MAX (0 for n == 0, which
