@@ -101,7 +101,7 @@ static void *alloc_large(size_t size, size_t align) {
     return large_alloc(size, align, NULL);
 }
 
-static void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
+static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
@@ -280,7 +280,7 @@ static void track_resize(void *p, size_t size) {
 
 /* A block from the thread's heap through the box (a few kept, one picked
  * at random). */
-static void *hard_take(const struct hak_hardened_ops *hd, unsigned cls) {
+static HAK_COLD void *hard_take(const struct hak_hardened_ops *hd, unsigned cls) {
     struct hak_tls *t = &hak_tls;
     if (HAK_UNLIKELY(t->state == 2)) return alloc_after_teardown(cls);
     if (HAK_UNLIKELY(t->state != 1) && !hak_thread_heap()) return NULL;
@@ -292,7 +292,7 @@ static void *hard_take(const struct hak_hardened_ops *hd, unsigned cls) {
 /* Every allocation's path with the hardened box: a block with room for
  * its guards past the request (a small one of a class that has it, else a
  * large one with its guard page), armed. */
-static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
+static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
     size_t need = hd->small_need(size);
     if (need <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         unsigned cls = align <= HAK_ALIGNMENT ? hak_class_of(need) : hak_aligned_class(need, align);
@@ -318,7 +318,7 @@ static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t s
 
 /* realloc with the hardened box: guards checked, then the block kept (a
  * small one whose class still fits, re-armed at the new size) or moved. */
-static void *hard_realloc(const struct hak_hardened_ops *hd, void *p, enum hak_ptr_kind k,
+static HAK_COLD void *hard_realloc(const struct hak_hardened_ops *hd, void *p, enum hak_ptr_kind k,
                           const struct hak_ptr_info *info, size_t size) {
     int large = k == HAK_PTR_LARGE;
     size_t usable = large ? info->large->usable : hak_class_size[info->cls];

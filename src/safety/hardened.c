@@ -81,7 +81,7 @@ static void hard_link_bad(const void *blk) {
     hak_report_bad("free-list", blk, HAK_REASON_LINK);
 }
 
-static void hard_init(void) {
+static HAK_COLD void hard_init(void) {
     uint64_t s = 0;
     if (!hak_os_random(&s, sizeof s)) {
         /* no kernel randomness: the clock and addresses, which ASLR varies */
@@ -95,13 +95,13 @@ static void hard_init(void) {
     hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
 }
 
-static size_t small_need(size_t size) {
+static HAK_COLD size_t small_need(size_t size) {
     size_t need = size + HARD_SMALL_TAIL;
     if (need < size) return SIZE_MAX;
     return need < 32 ? 32 : need;   /* a free block's link words stay clear of the size word */
 }
 
-static size_t large_need(size_t size) {
+static HAK_COLD size_t large_need(size_t size) {
     size_t need = size + HARD_LARGE_TAIL + HAK_PAGE_SIZE;
     return need < size ? SIZE_MAX : need;
 }
@@ -139,7 +139,7 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
     return (uint64_t)size | tag << 32;
 }
 
-static void arm(void *p, size_t size, size_t usable, int large) {
+static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
     char *c = p;
     /* a block of a larger class may stand in for the one asked
      * (backend/heap_refill.c): its run says what it is */
@@ -153,7 +153,7 @@ static void arm(void *p, size_t size, size_t usable, int large) {
     if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
 }
 
-static size_t check(const char *op, void *p, size_t usable, int large) {
+static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
     const char *c = p;
     size_t end = guard_end(usable, large);
     uint64_t k = block_key(p), w = *(const word64 *)(c + end - 8);
@@ -181,7 +181,7 @@ static size_t check(const char *op, void *p, size_t usable, int large) {
     return size;
 }
 
-static void disarm_large(void *p, size_t usable) {
+static HAK_COLD void disarm_large(void *p, size_t usable) {
     hak_os_protect((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 1);
 }
 
@@ -249,7 +249,7 @@ static int stash_intact(const void *p) {
     return still_poisoned(p, hak_slab_of(hak_ss_of(p), p)->block_size, RESTASH_OF(k));
 }
 
-static void *take(struct hak_tls *t, unsigned cls) {
+static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
     struct hard_thread *s = self_of(t);
     void *p;
     if (!s) {
@@ -323,7 +323,7 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
     if (s->nreturn == HARD_RETURN) return_all(t, s);
 }
 
-static void release_small(struct hak_tls *t, void *p, unsigned cls) {
+static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
     struct hard_thread *s = self_of(t);
     size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
     if (!s || !budget) {
@@ -338,7 +338,7 @@ static void release_small(struct hak_tls *t, void *p, unsigned cls) {
     while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
 }
 
-static void thread_exit(struct hak_tls *t) {
+static HAK_COLD void thread_exit(struct hak_tls *t) {
     struct hard_thread *s = hard_self;
     if (!s) return;
     while (s->quar_count) evict(t, s);
@@ -352,7 +352,7 @@ static void thread_exit(struct hak_tls *t) {
 
 /* ---- the box ----------------------------------------------------------- */
 
-static enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *info) {
+static HAK_COLD enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *info) {
     enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_entry(p), 1, info);
     if (k == HAK_PTR_SMALL) {
         uint64_t w = *(const word64 *)p, key = block_key(p);
