@@ -10,6 +10,7 @@
 #   ignore : exit 0, "survived" printed, no "hakmem: error" on stderr
 # Prints one verdict line per mode; exits 1 if any mode failed.
 set -u
+. "$(dirname "$0")/../expect-report.sh"
 
 exe=$1 case=$2 box=$3
 ulimit -c 0 2>/dev/null || true
@@ -22,8 +23,6 @@ for mode in abort warn ignore; do
     rc=$?
     call=$(sed -n 's/^call: //p' "$tmp/out")
     reason=$(sed -n 's/^expect: //p' "$tmp/out")
-    nlines=$(grep -c '^hakmem: error: ' "$tmp/err")
-    line=$(grep '^hakmem: error: ' "$tmp/err" | head -n 1)
     problem=""
 
     if [ -z "$call" ]; then
@@ -33,26 +32,7 @@ for mode in abort warn ignore; do
         grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
         grep -q 'hakmem: error' "$tmp/err" && problem="${problem:+$problem; }an error was reported"
     else
-        if [ "$mode" = abort ]; then
-            # 134 = 128 + SIGABRT(6), as the shell reports a signal death
-            [ "$rc" -eq 134 ] || problem="exit status $rc, expected death by SIGABRT (134)"
-            grep -q '^survived$' "$tmp/out" && problem="${problem:+$problem; }it survived"
-        else
-            [ "$rc" -eq 0 ] || problem="exit status $rc, expected 0"
-            grep -q '^survived$' "$tmp/out" || problem="${problem:+$problem; }no 'survived'"
-        fi
-        if [ "$nlines" -ne 1 ]; then
-            problem="${problem:+$problem; }$nlines 'hakmem: error: ' lines on stderr, expected 1"
-        else
-            case $line in
-            "hakmem: error: $call"*) ;;
-            *) problem="${problem:+$problem; }the line does not name '$call' first" ;;
-            esac
-            case $line in
-            *"$reason"*) ;;
-            *) problem="${problem:+$problem; }the line does not say '$reason'" ;;
-            esac
-        fi
+        expect_report "$mode"
     fi
 
     if [ -n "$problem" ]; then
