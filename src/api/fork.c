@@ -7,8 +7,13 @@
 #include "backend/superslab.h"
 
 #include <pthread.h>
+#include <sys/single_threaded.h>
 
 static atomic_int registered;   /* HAK_FORK_* */
+_Atomic unsigned char hak_fork_armed;
+/* Set on the registering thread: its own allocations inside
+ * pthread_atfork go on instead of waiting for itself. */
+static __thread char registering __attribute__((tls_model("initial-exec")));
 
 /* One fork at a time through the handlers. glibc 2.36 runs the handlers of
  * forks from several threads at once, and two prepares taking the heaps'
@@ -24,8 +29,10 @@ static void fork_prepare(void) {
     hak_large_fork_prepare();
     hak_os_fork_prepare();
     hak_track_fork_prepare();
+    hak_os_fork_own(1);
 }
 static void fork_parent(void) {
+    hak_os_fork_own(0);
     hak_track_fork_release();
     hak_os_fork_parent();
     hak_large_fork_parent();
@@ -34,6 +41,7 @@ static void fork_parent(void) {
     hak_spin_unlock(&fork_lock);
 }
 static void fork_child(void) {
+    hak_os_fork_own(0);
     hak_track_fork_release();
     hak_os_fork_child();
     hak_large_fork_child();
@@ -42,19 +50,33 @@ static void fork_child(void) {
     /* This handler running proves the registration done, even if the
      * fork landed before the registering thread, absent here, said so. */
     atomic_store_explicit(&registered, HAK_FORK_REGISTERED, memory_order_relaxed);
+    atomic_store_explicit(&hak_fork_armed, 1, memory_order_relaxed);
     hak_spin_unlock(&fork_lock);
 }
 
 /* libc's __register_atfork takes its own lock only, no dynamic linker's,
- * so this is safe from a constructor and from a malloc that the dynamic
- * linker makes; an allocation it makes is served (init is done). */
-void hak_fork_at_init(void) {
+ * so this is safe from a calloc that pthread_create or the dynamic linker
+ * makes. Threads that come here while another registers wait for it: they
+ * hold no lock, and must not fork before the handlers are in libc's list. */
+HAK_COLD void hak_fork_arm(void) {
+    if (__libc_single_threaded || registering) return;
+    int state = HAK_FORK_NOT_NEEDED;
+    if (!atomic_compare_exchange_strong_explicit(&registered, &state, HAK_FORK_REGISTERING,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        while (atomic_load_explicit(&registered, memory_order_acquire) == HAK_FORK_REGISTERING)
+            hak_os_yield();
+        return;
+    }
+    registering = 1;
     int failed = pthread_atfork(fork_prepare, fork_parent, fork_child);
+    registering = 0;
     if (failed)
         hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread "
                 "is in the allocator may hang\n");
+    /* the child handler may have stored REGISTERED meanwhile: same value */
     atomic_store_explicit(&registered, failed ? HAK_FORK_FAILED : HAK_FORK_REGISTERED,
                           memory_order_release);
+    atomic_store_explicit(&hak_fork_armed, 1, memory_order_release);
 }
 
 int hak_fork_handlers_state(void) {

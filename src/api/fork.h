@@ -1,28 +1,48 @@
 /* fork(): hakmem's handlers hold every global lock across it, so a child
  * never inherits a lock taken by a thread that does not exist there.
  *
- * They are registered with pthread_atfork at init (from hakmem's
- * constructor, or from the first malloc if that comes first), like any
- * library's. libc runs prepare handlers in the reverse order of
- * registration and the others in order: hakmem's prepare must come after
- * every other library's, whose prepare handlers may allocate, so it must
- * be registered before theirs. A preloaded hakmem's constructor runs
- * before the program's and before those of the libraries loaded later
- * (dlopen); the libraries the program links are initialised before it
- * (LD_DEBUG=files shows the order), and one of them that registers
- * handlers in its constructor before anything has allocated comes first
- * in the list: if its prepare handler allocates, the fork hangs. */
+ * They are registered with pthread_atfork once the process becomes
+ * multi-threaded, not at init: in a process with one thread no other
+ * thread can hold a lock at fork, and the call alone maps the pages of
+ * libc it runs (64 KiB fault-around windows nothing else touches, about
+ * 130 KB of a small program's peak RSS). glibc clears
+ * __libc_single_threaded at the start of the first pthread_create, before
+ * it allocates the new thread's DTV with calloc: hak_calloc's check
+ * registers there, on the creating thread, before the second thread
+ * exists. The other miss paths that hold no lock check too.
+ *
+ * Other libraries' handlers are then usually registered before hakmem's,
+ * and libc runs prepare handlers in the reverse order of registration:
+ * theirs run after hakmem's holds every lock, and may allocate. The locks
+ * the prepare takes hold 2 (base/common.h) and the forking thread is
+ * their owner (hak_os_fork_own) until the parent or child handler
+ * releases them: its allocations pass them, any other thread waits. */
 #ifndef HAK_FORK_H
 #define HAK_FORK_H
 
 #include "base/common.h"
 
-/* Called once, by the thread that initialised the allocator, once the
- * allocator works: pthread_atfork may allocate (libc's list of handlers
- * grows past its inline room). No hakmem lock may be held. */
-void hak_fork_at_init(void);
+#include <stdatomic.h>
+
+/* 1 once nothing is left to do: the handlers are registered, or failed to
+ * be. */
+HAK_DATA _Atomic unsigned char hak_fork_armed;
+/* Registers the handlers if the process has more than one thread (waits
+ * while another thread registers them). The caller holds no hakmem lock:
+ * pthread_atfork may allocate (libc's list of handlers grows past its
+ * inline room). */
+void hak_fork_arm(void);
+/* The check, on miss paths only: a load and a branch once armed. */
+static inline void hak_fork_check(void) {
+    if (HAK_UNLIKELY(!atomic_load_explicit(&hak_fork_armed, memory_order_relaxed))) hak_fork_arm();
+}
 /* Where the registration stands (stats and tests). */
-enum { HAK_FORK_NOT_YET = 0, HAK_FORK_REGISTERED = 1, HAK_FORK_FAILED = 2 };
+enum {
+    HAK_FORK_NOT_NEEDED = 0,   /* one thread so far */
+    HAK_FORK_REGISTERED = 1,
+    HAK_FORK_FAILED = 2,
+    HAK_FORK_REGISTERING = 3,
+};
 int hak_fork_handlers_state(void);
 
 #endif

@@ -90,8 +90,6 @@ void hak_init_slow(void) {
     atomic_store_explicit(&hak_init_state, 2, memory_order_release);
     hak_spin_unlock(&init_lock);
 
-    /* May allocate, which is fine now. */
-    hak_fork_at_init();
     if (hak_opt(HAK_OPT_VERBOSE)) hak_options_print();
     hint_if_valgrind(environ);
 }
@@ -100,6 +98,7 @@ struct hak_heap *hak_thread_heap(void) {
     struct hak_tls *t = &hak_tls;
     if (HAK_LIKELY(t->state == 1)) return t->heap;
     hak_init();
+    hak_fork_check();
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
     t->heap = h;

@@ -211,9 +211,10 @@ static void print_stats(int fd) {
                 (unsigned long long)(l->wait_ns / 1000), (unsigned long long)(l->max_wait_ns / 1000));
     }
     static const char *const fork_states[] = {
-        [HAK_FORK_NOT_YET] = "not registered yet (hakmem not initialised)",
+        [HAK_FORK_NOT_NEEDED] = "not needed (one thread)",
         [HAK_FORK_REGISTERED] = "registered",
         [HAK_FORK_FAILED] = "registration failed",
+        [HAK_FORK_REGISTERING] = "being registered",
     };
     say(fd, "hakmem: fork handlers: %s\n", fork_states[hak_fork_handlers_state()]);
     for (unsigned c = HAK_CLASS_FIRST; c < s->nclasses; c++) {

@@ -77,18 +77,18 @@ static struct hak_heap *fork_heaps;   /* the list as it was when locked */
 void hak_heap_fork_prepare(void) {
     struct hak_heap *done = NULL;   /* heaps from here on are locked */
     for (;;) {
-        hak_spin_lock(&hak_heaps.lock);
+        hak_spin_fork_take(&hak_heaps.lock);
         struct hak_heap *head = hak_heaps.all;
         if (head == done) break;   /* holding the list's lock */
-        hak_spin_unlock(&hak_heaps.lock);
-        for (struct hak_heap *h = head; h != done; h = h->next_all) hak_spin_lock(&h->lock);
+        hak_spin_fork_release(&hak_heaps.lock);
+        for (struct hak_heap *h = head; h != done; h = h->next_all) hak_spin_fork_take(&h->lock);
         done = head;
     }
     fork_heaps = done;
 }
 static void fork_unlock_all(void) {
-    hak_spin_unlock(&hak_heaps.lock);
-    for (struct hak_heap *h = fork_heaps; h; h = h->next_all) hak_spin_unlock(&h->lock);
+    hak_spin_fork_release(&hak_heaps.lock);
+    for (struct hak_heap *h = fork_heaps; h; h = h->next_all) hak_spin_fork_release(&h->lock);
 }
 void hak_heap_fork_parent(void) { fork_unlock_all(); }
 void hak_heap_fork_child(void) { fork_unlock_all(); }

@@ -334,9 +334,9 @@ static size_t cached_bytes(void) {
     return __atomic_load_n(&large.cached_bytes, __ATOMIC_RELAXED);
 }
 
-static void cached_fork_prepare(void) { hak_spin_lock(&large.lock); }
-static void cached_fork_parent(void) { hak_spin_unlock(&large.lock); }
-static void cached_fork_child(void) { hak_spin_unlock(&large.lock); }
+static void cached_fork_prepare(void) { hak_spin_fork_take(&large.lock); }
+static void cached_fork_parent(void) { hak_spin_fork_release(&large.lock); }
+static void cached_fork_child(void) { hak_spin_fork_release(&large.lock); }
 
 const struct hak_large_ops hak_large_cached = {
     .name = "cached",

@@ -453,9 +453,9 @@ size_t hak_ss_pool_release_all(void) {
     return n;
 }
 
-void hak_ss_fork_prepare(void) { hak_spin_lock(&pool.lock); }
-void hak_ss_fork_parent(void) { hak_spin_unlock(&pool.lock); }
-void hak_ss_fork_child(void) { hak_spin_unlock(&pool.lock); }
+void hak_ss_fork_prepare(void) { hak_spin_fork_take(&pool.lock); }
+void hak_ss_fork_parent(void) { hak_spin_fork_release(&pool.lock); }
+void hak_ss_fork_child(void) { hak_spin_fork_release(&pool.lock); }
 
 void hak_ss_pool_stats(struct hak_ss_pool_stats *out) {
     hak_spin_lock(&pool.lock);

@@ -77,17 +77,35 @@ void hak_spin_lock_slow(hak_spinlock_t *l);
  * os meta lock counts its own: hak_os_meta_lock_waits). */
 struct hak_lock_waits;
 void hak_spin_lock_waits(struct hak_lock_waits *out);
+/* A lock word holds 0 (free), 1 (held) or 2: held by fork's prepare
+ * handler (api/fork.c) for the forking thread, which may then run other
+ * libraries' fork handlers that allocate: its own takes and releases of a
+ * 2 do nothing (os/os.c, hak_os_lock_wait), everyone else waits on a 2 as
+ * on a 1. Hence compare-exchange from 0, never exchange, which would
+ * overwrite a 2, and an unlock that leaves a 2 alone. */
+#define HAK_LOCK_FORK 2
 static inline void hak_spin_lock(hak_spinlock_t *l) {
-    if (HAK_LIKELY(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0))
+    int free_ = 0;
+    if (HAK_LIKELY(atomic_compare_exchange_strong_explicit(&l->v, &free_, 1, memory_order_acquire,
+                                                           memory_order_relaxed)))
         return;
     hak_spin_lock_slow(l);
 }
-/* 1 if it took the lock; 0, at once, if someone holds it. */
+/* 1 if it took the lock; 0, at once, if someone holds it (a 2 too). */
 static inline int hak_spin_trylock(hak_spinlock_t *l) {
+    int free_ = 0;
     return atomic_load_explicit(&l->v, memory_order_relaxed) == 0 &&
-           atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0;
+           atomic_compare_exchange_strong_explicit(&l->v, &free_, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
 }
 static inline void hak_spin_unlock(hak_spinlock_t *l) {
+    if (HAK_LIKELY(atomic_load_explicit(&l->v, memory_order_relaxed) != HAK_LOCK_FORK))
+        atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+/* fork's prepare handler takes with 2, its parent and child handlers
+ * release (base/spin_lock.c). */
+void hak_spin_fork_take(hak_spinlock_t *l);
+static inline void hak_spin_fork_release(hak_spinlock_t *l) {
     atomic_store_explicit(&l->v, 0, memory_order_release);
 }
 

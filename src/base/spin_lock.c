@@ -8,7 +8,16 @@ static struct hak_lock_waits counts[HAK_LOCK_NKINDS];
 
 void hak_spin_lock_slow(hak_spinlock_t *l) {
     unsigned k = l->kind < HAK_LOCK_NKINDS ? l->kind : HAK_LOCK_OTHER;
-    hak_os_lock_wait(&l->v, &counts[k]);
+    hak_os_lock_wait(&l->v, 1, &counts[k]);
+}
+
+void hak_spin_fork_take(hak_spinlock_t *l) {
+    int free_ = 0;
+    if (atomic_compare_exchange_strong_explicit(&l->v, &free_, HAK_LOCK_FORK, memory_order_acquire,
+                                                memory_order_relaxed))
+        return;
+    unsigned k = l->kind < HAK_LOCK_NKINDS ? l->kind : HAK_LOCK_OTHER;
+    hak_os_lock_wait(&l->v, HAK_LOCK_FORK, &counts[k]);
 }
 
 void hak_spin_lock_waits(struct hak_lock_waits *out) {

@@ -102,5 +102,5 @@ void hak_track_size_drop(const void *p) {
     hak_spin_unlock(&lock);
 }
 
-void hak_track_fork_prepare(void) { hak_spin_lock(&lock); }
-void hak_track_fork_release(void) { hak_spin_unlock(&lock); }
+void hak_track_fork_prepare(void) { hak_spin_fork_take(&lock); }
+void hak_track_fork_release(void) { hak_spin_fork_release(&lock); }

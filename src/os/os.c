@@ -36,7 +36,18 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc) {
+/* The fork's owner: the address of its thread's fork_token. */
+static __thread char fork_token __attribute__((tls_model("initial-exec")));
+static const char *_Atomic fork_owner;
+
+void hak_os_fork_own(int on) {
+    atomic_store_explicit(&fork_owner, on ? &fork_token : NULL, memory_order_relaxed);
+}
+
+void hak_os_lock_wait(_Atomic int *word, int value, struct hak_lock_waits *acc) {
+    if (value == 1 && atomic_load_explicit(word, memory_order_relaxed) == 2 &&
+        atomic_load_explicit(&fork_owner, memory_order_relaxed) == &fork_token)
+        return;
     uint64_t t0 = hak_os_clock_ns(), spins = 0, yields = 0;
     for (;;) {
         while (atomic_load_explicit(word, memory_order_relaxed)) {
@@ -48,7 +59,9 @@ void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc) {
                 sched_yield();
             }
         }
-        if (atomic_exchange_explicit(word, 1, memory_order_acquire) == 0)
+        int free_ = 0;
+        if (atomic_compare_exchange_strong_explicit(word, &free_, value, memory_order_acquire,
+                                                    memory_order_relaxed))
             break;
     }
     __atomic_fetch_add(&acc->waits, 1, __ATOMIC_RELAXED);
@@ -303,11 +316,18 @@ static _Atomic(struct meta_region *) meta_region;
 static _Atomic int meta_lock;
 static struct hak_lock_waits meta_waits;
 
-static void meta_lock_take(void) {
-    if (atomic_exchange_explicit(&meta_lock, 1, memory_order_acquire))
-        hak_os_lock_wait(&meta_lock, &meta_waits);
+/* value 1, or 2 for fork's prepare (the lock's values: base/common.h) */
+static void meta_lock_take_as(int value) {
+    int free_ = 0;
+    if (!atomic_compare_exchange_strong_explicit(&meta_lock, &free_, value, memory_order_acquire,
+                                                 memory_order_relaxed))
+        hak_os_lock_wait(&meta_lock, value, &meta_waits);
 }
-static void meta_lock_drop(void) { atomic_store_explicit(&meta_lock, 0, memory_order_release); }
+static void meta_lock_take(void) { meta_lock_take_as(1); }
+static void meta_lock_drop(void) {
+    if (atomic_load_explicit(&meta_lock, memory_order_relaxed) != 2)
+        atomic_store_explicit(&meta_lock, 0, memory_order_release);
+}
 
 void hak_os_meta_lock_waits(struct hak_lock_waits *out) {
     out->waits = __atomic_load_n(&meta_waits.waits, __ATOMIC_RELAXED);
@@ -347,6 +367,6 @@ void *hak_os_meta_alloc(size_t size) {
     }
 }
 
-void hak_os_fork_prepare(void) { meta_lock_take(); }
-void hak_os_fork_parent(void) { meta_lock_drop(); }
-void hak_os_fork_child(void) { meta_lock_drop(); }
+void hak_os_fork_prepare(void) { meta_lock_take_as(2); }
+void hak_os_fork_parent(void) { atomic_store_explicit(&meta_lock, 0, memory_order_release); }
+void hak_os_fork_child(void) { atomic_store_explicit(&meta_lock, 0, memory_order_release); }

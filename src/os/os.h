@@ -47,11 +47,17 @@ struct hak_lock_waits {
     uint64_t waits, spins, yields, wait_ns;
     uint64_t max_wait_ns;   /* the longest single wait */
 };
-/* The contended path of a lock word (0 free, 1 held): spins a bounded
- * number of rounds while the holder may still be running, then yields the
- * CPU between looks, and takes the word when it is free; counts into acc.
- * Never sleeps in the kernel. */
-void hak_os_lock_wait(_Atomic int *word, struct hak_lock_waits *acc);
+/* The contended path of a lock word (0 free, 1 held, 2 held for a fork:
+ * base/common.h): spins a bounded number of rounds while the holder may
+ * still be running, then yields the CPU between looks, and takes the word
+ * with value (1, or 2 for fork's prepare) when it is free; counts into acc.
+ * A take with 1 of a word holding 2 by the thread that owns the fork
+ * (hak_os_fork_own) returns at once: it runs nested in the fork's
+ * handlers, the only thread in allocator code. Never sleeps in the kernel. */
+void hak_os_lock_wait(_Atomic int *word, int value, struct hak_lock_waits *acc);
+/* Names the calling thread the fork's owner (on), or nobody (off): set
+ * once the prepare handler holds every lock, cleared before it releases. */
+void hak_os_fork_own(int on);
 /* The metadata region's lock (hak_os_meta_alloc), read without stopping it. */
 void hak_os_meta_lock_waits(struct hak_lock_waits *out);
 /* Writes n bytes of a message to stderr, unbuffered (no malloc). */

@@ -2,10 +2,15 @@
  * process under a preloaded hakmem, whose HAKMEM_STATS line then says
  * that its fork handlers were registered (at init: api/fork.h).
  *
- *   fork-handlers none|fork|daemon|forkpty|order|concurrent
+ *   fork-handlers none|single|first-thread|fork|daemon|forkpty|order|concurrent
  *   fork-handlers dlopen LIBRARY
  *
- * none: allocate and free, no fork. fork, daemon, forkpty: fork that way
+ * none: allocate and free, no fork. single: the only thread forks and
+ * the child allocates from every path (no handlers are registered in a
+ * process that never had a second thread). first-thread: a thread starts
+ * and waits without allocating; right away, the main thread's
+ * malloc_stats must say the handlers are registered (glibc's
+ * pthread_create callocs the thread's DTV before the thread exists). fork, daemon, forkpty: fork that way
  * while two threads allocate and free blocks of every path; the child
  * (the daemon itself, for daemon) allocates and frees from every path
  * too, which hangs if it inherited a lock held by a thread that does not
@@ -27,6 +32,7 @@
  * "ok" (the daemon's, for daemon) and exits 0 when every check holds. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <pty.h>
 #include <stdatomic.h>
@@ -183,10 +189,43 @@ static void *load(void *path)
     return lib;
 }
 
+/* first-thread: malloc_stats (stderr, written without malloc) goes to a
+ * file while the new thread waits on a pipe, allocating nothing. */
+static void *wait_on_pipe(void *arg)
+{
+    char c;
+    return (void *)(intptr_t)read(*(int *)arg, &c, 1);
+}
+
+static void check_registered_at_first_thread(void)
+{
+    static int p[2];
+    char path[] = "/tmp/fork-handlers-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    if (fd < 0 || saved < 0 || pipe(p))
+        die("mkstemp, dup or pipe failed");
+    unlink(path);
+    pthread_t t;
+    if (pthread_create(&t, NULL, wait_on_pipe, &p[0]))
+        die("pthread_create failed");
+    dup2(fd, 2);
+    malloc_stats();
+    dup2(saved, 2);
+    close(p[1]);
+    pthread_join(t, NULL);
+    char buf[8192];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        die("malloc_stats printed nothing");
+    buf[n] = 0;
+    if (!strstr(buf, "hakmem: fork handlers: registered\n"))
+        die("the fork handlers were not registered once pthread_create returned");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc != (strcmp(argv[1], "dlopen") ? 2 : 3))
-        die("usage: fork-handlers none|fork|daemon|forkpty|order|concurrent, or dlopen LIBRARY");
+        die("usage: fork-handlers none|single|first-thread|fork|daemon|forkpty|order|concurrent, or dlopen LIBRARY");
     const char *how = argv[1];
     if (!strcmp(how, "dlopen")) {
         pthread_t loader;
@@ -216,6 +255,16 @@ int main(int argc, char **argv)
     if (!touch_every_path())
         die("malloc failed");
     if (!strcmp(how, "none")) {
+        puts("ok");
+        return 0;
+    }
+    if (!strcmp(how, "single")) {
+        fork_one(0);
+        puts("ok");
+        return 0;
+    }
+    if (!strcmp(how, "first-thread")) {
+        check_registered_at_first_thread();
         puts("ok");
         return 0;
     }
