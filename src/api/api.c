@@ -106,7 +106,6 @@ static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size,
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
-    hak_fork_check();
     if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, 0);
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
     return alloc_large(size, 0);
@@ -207,7 +206,6 @@ static void release_large(const char *op, void *p, struct hak_large *h) {
 
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
-    hak_fork_check();
     struct hak_ptr_info info;
     switch (checked_classify("free", p, &info)) {
     case HAK_PTR_SMALL:   release_small("free", p, info.cls); return;

@@ -58,8 +58,7 @@ static void fork_child(void) {
  * so this is safe from a calloc that pthread_create or the dynamic linker
  * makes. Threads that come here while another registers wait for it: they
  * hold no lock, and must not fork before the handlers are in libc's list. */
-HAK_COLD void hak_fork_arm(void) {
-    if (__libc_single_threaded || registering) return;
+static void register_handlers(void) {
     int state = HAK_FORK_NOT_NEEDED;
     if (!atomic_compare_exchange_strong_explicit(&registered, &state, HAK_FORK_REGISTERING,
                                                  memory_order_acq_rel, memory_order_acquire)) {
@@ -77,6 +76,20 @@ HAK_COLD void hak_fork_arm(void) {
     atomic_store_explicit(&registered, failed ? HAK_FORK_FAILED : HAK_FORK_REGISTERED,
                           memory_order_release);
     atomic_store_explicit(&hak_fork_armed, 1, memory_order_release);
+}
+
+/* Reading __libc_single_threaded maps libc's data page around it (about
+ * as much as pthread_atfork's text): only calloc, where pthread_create
+ * comes first, reads it. */
+HAK_COLD void hak_fork_arm(void) {
+    if (__libc_single_threaded || registering) return;
+    register_handlers();
+}
+
+HAK_COLD void hak_fork_thread_setup(void) {
+    static atomic_uint setups;
+    if (atomic_fetch_add_explicit(&setups, 1, memory_order_relaxed) == 0 || registering) return;
+    if (!atomic_load_explicit(&hak_fork_armed, memory_order_acquire)) register_handlers();
 }
 
 int hak_fork_handlers_state(void) {

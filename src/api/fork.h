@@ -9,7 +9,9 @@
  * __libc_single_threaded at the start of the first pthread_create, before
  * it allocates the new thread's DTV with calloc: hak_calloc's check
  * registers there, on the creating thread, before the second thread
- * exists. The other miss paths that hold no lock check too.
+ * exists; the set-up of a second thread in hakmem registers them if that
+ * did not. Only calloc reads __libc_single_threaded: the first read maps
+ * libc's data pages around it, as large a cost as the call.
  *
  * Other libraries' handlers are then usually registered before hakmem's,
  * and libc runs prepare handlers in the reverse order of registration:
@@ -32,7 +34,10 @@ HAK_DATA _Atomic unsigned char hak_fork_armed;
  * pthread_atfork may allocate (libc's list of handlers grows past its
  * inline room). */
 void hak_fork_arm(void);
-/* The check, on miss paths only: a load and a branch once armed. */
+/* The second thread hakmem sets up registers them if calloc did not
+ * (a thread set-up holds no lock). */
+void hak_fork_thread_setup(void);
+/* calloc's check: a load and a branch once armed. */
 static inline void hak_fork_check(void) {
     if (HAK_UNLIKELY(!atomic_load_explicit(&hak_fork_armed, memory_order_relaxed))) hak_fork_arm();
 }

@@ -98,7 +98,7 @@ struct hak_heap *hak_thread_heap(void) {
     struct hak_tls *t = &hak_tls;
     if (HAK_LIKELY(t->state == 1)) return t->heap;
     hak_init();
-    hak_fork_check();
+    hak_fork_thread_setup();
     struct hak_heap *h = hak_heap_acquire();
     if (!h) return NULL;
     t->heap = h;
