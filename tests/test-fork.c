@@ -435,10 +435,45 @@ test_fork_with_threads (void)
     pthread_join (t[i], NULL);
 }
 
+/* What malloc_stats says of hakmem's fork handlers (its report goes to
+ * stderr without allocating). */
+static gboolean
+fork_handlers_say (const char *state)
+{
+  char path[] = "/tmp/test-fork-XXXXXX";
+  int fd = mkstemp (path), saved = dup (2);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (saved, >=, 0);
+  unlink (path);
+  dup2 (fd, 2);
+  malloc_stats ();
+  dup2 (saved, 2);
+  close (saved);
+  static char buf[16384];
+  ssize_t n = pread (fd, buf, sizeof buf - 1, 0);
+  close (fd);
+  g_assert_cmpint (n, >, 0);
+  buf[n] = 0;
+  char *want = g_strdup_printf ("hakmem: fork handlers: %s\n", state);
+  gboolean found = strstr (buf, want) != NULL;
+  g_free (want);
+  return found;
+}
+
+/* A process with one thread registers no fork handlers (no other thread
+ * can hold a lock at fork); its children allocate from every path. */
 static void
 test_fork_single_threaded (void)
 {
+  if (!g_test_subprocess ())
+    {
+      guint64 timeout_us = (guint64) timeout_scale () * 60 * G_USEC_PER_SEC;
+      g_test_trap_subprocess (NULL, timeout_us, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
   fork_many (5);
+  g_assert_true (fork_handlers_say ("not needed (one thread)"));
 }
 
 /* fork() called from a non-main thread while other threads allocate. */
@@ -527,13 +562,14 @@ test_fork_while_threads_start (void)
     pthread_join (t[i], NULL);
 }
 
-/* Another library's fork handlers, registered once hakmem is up (as a
- * library does in its constructor, or a program in main), may allocate:
- * its prepare handler runs before hakmem's takes the locks, and its child
- * and parent handlers after hakmem's have released them, because hakmem
- * registers first, at its init (api/fork.h). Each handler counts its
- * runs, so that a fork that skipped them cannot pass; the child checks
- * its own count (the parent never runs child handlers). */
+/* Another library's fork handlers, registered while the process has one
+ * thread (as a library does in its constructor, or a program in main),
+ * come before hakmem's, registered at the first pthread_create (api/fork.h):
+ * their prepare handler runs after hakmem's has taken the locks, their
+ * child handler before hakmem's releases them, and they allocate small,
+ * mid and large blocks. Each handler counts its runs, so that a fork that
+ * skipped them cannot pass; the child checks its own count (the parent
+ * never runs child handlers). */
 static void *volatile handler_block;
 static gint handler_prepares, handler_parents, handler_children;
 
@@ -566,12 +602,14 @@ test_fork_other_handlers_allocate (void)
       g_test_trap_assert_passed ();
       return;
     }
+  g_assert_true (fork_handlers_say ("not needed (one thread)"));
   g_assert_cmpint (pthread_atfork (prepare_allocating, parent_allocating,
                                    child_allocating), ==, 0);
   pthread_t t;
   g_atomic_int_set (&stop_workers, 0);
   g_atomic_int_set (&threads_entered, 0);
   g_assert_cmpint (pthread_create (&t, NULL, worker, GSIZE_TO_POINTER (77)), ==, 0);
+  g_assert_true (fork_handlers_say ("registered"));
   wait_threads_entered (1);
   for (int it = 0; it < 5; it++)
     {

@@ -1,4 +1,5 @@
 #include "api/fork.h"
+#include "api/init.h"
 #include "base/options.h"
 #include "base/track.h"
 #include "backend/heap.h"
@@ -59,6 +60,7 @@ static void fork_child(void) {
  * makes. Threads that come here while another registers wait for it: they
  * hold no lock, and must not fork before the handlers are in libc's list. */
 static void register_handlers(void) {
+    hak_init();   /* the handlers use the boxes chosen at init */
     int state = HAK_FORK_NOT_NEEDED;
     if (!atomic_compare_exchange_strong_explicit(&registered, &state, HAK_FORK_REGISTERING,
                                                  memory_order_acq_rel, memory_order_acquire)) {

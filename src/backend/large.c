@@ -112,8 +112,8 @@ struct hak_large *hak_large_header(const void *p) {
     return h->magic == HAK_LARGE_MAGIC ? h : NULL;
 }
 
-/* The chosen box's lock: fork handlers are registered at init, after the
- * box is chosen (api/fork.c), so it does not change under a fork. */
+/* The chosen box's lock: fork handlers are registered after init, once
+ * the box is chosen (api/fork.c), so it does not change under a fork. */
 void hak_large_fork_prepare(void) {
     if (hak_large_box->fork_prepare) hak_large_box->fork_prepare();
 }

@@ -1,6 +1,7 @@
 /* What fork-handlers.sh runs: one way of forking, or none, in a fresh
  * process under a preloaded hakmem, whose HAKMEM_STATS line then says
- * that its fork handlers were registered (at init: api/fork.h).
+ * whether its fork handlers were registered (at the first pthread_create:
+ * api/fork.h).
  *
  *   fork-handlers none|single|first-thread|fork|daemon|forkpty|order|concurrent
  *   fork-handlers dlopen LIBRARY
@@ -15,9 +16,10 @@
  * (the daemon itself, for daemon) allocates and frees from every path
  * too, which hangs if it inherited a lock held by a thread that does not
  * exist in it. order: handlers that allocate, a 4 MiB block among others
- * (a global lock of hakmem's: they hang if hakmem's prepare handler ran
- * before them), registered by the program's constructor before anything
- * of the program's allocates and again in main, then the threads start
+ * (a global lock of hakmem's), registered by the program's constructor
+ * before anything of the program's allocates and again in main, so before
+ * hakmem's: their prepare handlers run once hakmem's holds every lock, and
+ * hang unless the forking thread may pass them; then the threads start
  * and the program forks 20 times; every handler must have run, once a
  * fork each (the child handlers in the child). concurrent: three threads
  * fork (two by fork, one by forkpty) 300 times each at once, while the

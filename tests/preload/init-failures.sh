@@ -1,6 +1,6 @@
 #!/bin/sh
-# hakmem when pthread_key_create and the registration of its fork handlers
-# (both at init) fail:
+# hakmem when pthread_key_create (at init) and the registration of its fork
+# handlers (at the program's first pthread_create) fail:
 #
 #   init-failures.sh SHIM PROGRAM LIBHAKMEM
 #
