@@ -6,7 +6,9 @@ the load, both on 127.0.0.1.
 Starts redis-server at a free port without persistence (--save ''
 --appendonly no) with the environment settings given (LD_PRELOAD=... for
 the allocator under test: only the server gets them, not this script nor
-the load generator), waits until it answers PING, runs redis-benchmark -q
+the load generator). Debian's redis-server links jemalloc: without an
+LD_PRELOAD it gets the C library's, so that the run without an allocator
+is glibc's malloc. It waits until the server answers PING, runs redis-benchmark -q
 for SET, GET, LPUSH, LPOP, HSET, SADD with values of 64 B and 4096 B over a
 random key space, reads the server's peak RSS (VmHWM) and shuts it down.
 Prints one line
@@ -42,6 +44,16 @@ def call(port, line, timeout=2.0):
             return s.recv(256).decode(errors="replace").splitlines()[0]
     except (OSError, IndexError):
         return None
+
+
+def libc_path():
+    """The C library this script runs on (the same as the server's)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libc.so"):
+                return path
+    return None
 
 
 def vm_hwm_kb(pid):
@@ -84,6 +96,8 @@ def main(argv):
         server_env[var] = value
         i += 1
     base_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if "LD_PRELOAD" not in server_env and libc_path():
+        server_env["LD_PRELOAD"] = libc_path()
     port = free_port()
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
