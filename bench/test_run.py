@@ -148,6 +148,15 @@ class ProgramWorkloads(unittest.TestCase):
                          run.PEERS + ["hakmem"])
         self.assertEqual(len(run.program_allocators(allocs, True)), 6)   # -a: all but linked
 
+    def test_quick_mode_runs_programs_only_when_named(self):
+        names = lambda ws: [w["name"] for w in ws]  # noqa: E731
+        quick = names(run.mode_workloads(run.WORKLOADS, "quick", False))
+        self.assertIn("random_mixed", quick)
+        self.assertNotIn("python3", quick)
+        self.assertIn("python3", names(run.mode_workloads(run.WORKLOADS, "quick", True)))
+        self.assertEqual(names(run.mode_workloads(run.WORKLOADS, "default", False)),
+                         names(run.WORKLOADS))
+
     def test_missing_program_is_skipped(self):
         w = _program(needs={"/nonexistent/bin/prog": "prog-package"}, cmd=["/nonexistent/bin/prog"])
         with tempfile.TemporaryDirectory() as d:
