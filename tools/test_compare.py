@@ -22,7 +22,7 @@ from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from hakmem_compare import cli, peers, report  # noqa: E402
+from hakmem_compare import cli, measure, peers, report  # noqa: E402
 
 HAVE_HYPERFINE = shutil.which("hyperfine") is not None
 HAKMEM_LIB = os.environ.get("HAKMEM_LIB") or cli.default_hakmem_lib()
@@ -294,6 +294,31 @@ class Runs(unittest.TestCase):
                 self.assertEqual(len(r["rss_kb"]), 2)
                 self.assertGreater(r["metrics"]["peak_rss_kb"], 1000)
         self.assertIn("--prepare", rows["hakmem"]["hyperfine_command"])
+
+
+@unittest.skipUnless(HAVE_HYPERFINE, "hyperfine not installed")
+class Measure(unittest.TestCase):
+    """The row runs bench/run's whole programs share with `hakmem compare`."""
+
+    def test_setup_row_and_round_with_a_file_digest(self):
+        with tempfile.TemporaryDirectory() as d:
+            row = report.new_row("other", "lib", "/x/lib.so", {"HAKMEM_FRONT": "none"})
+            measure.setup_row(row, ["sh", "-c", 'printf "%s" "$LD_PRELOAD" > "$0/out"', d],
+                              Path(d) / "row0", False)
+            self.assertEqual(row["command"], "env LD_PRELOAD=/x/lib.so HAKMEM_FRONT=none sh -c "
+                             "'printf \"%s\" \"$LD_PRELOAD\" > \"$0/out\"' " + d)
+            row["command"] = row["command"].replace("LD_PRELOAD=/x/lib.so", "LD_PRELOAD=")
+            res, rss = measure.run_round(row, 0, 60, cli.clean_environ(), digest_path=Path(d, "out"))
+            self.assertEqual(res["status"], "ok")
+            self.assertIsNone(rss)   # no wrapper asked for
+            self.assertEqual(row["digests"], [measure.file_digest(Path(d, "out"))])
+            self.assertEqual(len(row["times"]), 1)
+            if measure.have_time():
+                measure.setup_row(row, ["true"], Path(d) / "row1", True)
+                self.assertTrue(row["command"].startswith(measure.TIME_PROGRAM + " -q -a -o "))
+                _, rss = measure.run_round(row, 1, 60, cli.clean_environ())
+                self.assertGreater(rss, 100)
+                self.assertEqual(len(row["times"]), 2)
 
 
 class Launcher(unittest.TestCase):

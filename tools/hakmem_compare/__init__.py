@@ -9,7 +9,10 @@ Two users, one code path:
     results.{json,csv,md,png}.
   - bench/run (the project's benchmark runner) imports the shared parts:
     peers.py (discovery), run.py (hyperfine, interleaved rounds), arith.py
-    (medians, ratios), output.py (cells, CSV values, the gnuplot plot).
+    (medians, ratios), output.py (cells, CSV values, the gnuplot plot), and
+    for its whole programs (python3, sqlite3, gcc, redis) the rows of
+    `hakmem compare` itself: measure.py (the peak-RSS wrapper, one round
+    of a row, output digests) and report.py's rows and output check.
 
 Python 3 standard library only. Installed as <datadir>/hakmem/hakmem_compare/.
 """

@@ -4,7 +4,6 @@ the runs, the table and the exit status.
 
 import argparse
 import datetime
-import hashlib
 import os
 import platform
 import re
@@ -16,17 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import peers
+from . import measure, peers
+from .measure import TIME_PROGRAM
 from .output import fmt, log
-from .report import add_checks, add_ratios, add_round, new_row, report, row_metrics, text_table
-from .run import clean_environ, run_hyperfine, run_interleaved, shell_cmd
+from .report import add_checks, add_ratios, new_row, report, row_metrics, text_table
+from .run import clean_environ, run_interleaved
 
-
-# Written by the peak-RSS wrapper (/usr/bin/time -f) into its own file, so
-# that the command's stdout and stderr stay the command's.
-RSS_MARK = "hakmem-compare-maxrss-kb"
-
-TIME_PROGRAM = "/usr/bin/time"
 
 BUILTIN = peers.PEERS + ["hakmem"]
 
@@ -188,70 +182,32 @@ def resolve_rows(args, ldcache=None, peer_libdirs=None):
     return rows
 
 
-def read_rss(path):
-    """Peak RSS (KiB) of the last run the wrapper wrote to path."""
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    vals = [int(line.split()[1]) for line in lines
-            if line.startswith(RSS_MARK + " ") and line.split()[1].isdigit()]
-    return vals[-1] if vals else None
-
-
-def file_digest(path):
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
-
-
 def run_compare(args, cmd, rows, tmpdir):
     """Runs every row args.runs times, interleaved; fills times, user_sys,
     rss_kb, exit_codes and digests of each row."""
-    have_time = os.access(TIME_PROGRAM, os.X_OK)
+    with_rss = measure.have_time()
     henv = clean_environ(locale_c=False)
     total = sum(1 for r in rows if r["status"] == "ok") * args.runs
     done = [0]
     for i, r in enumerate(rows):
-        r["dir"] = Path(tmpdir) / f"row{i}"
-        r["dir"].mkdir()
-        inner = shlex.split(shell_cmd(({"LD_PRELOAD": r["preload"]} if r["preload"] else {})
-                                      | r["env"], cmd))
-        if have_time:
-            inner = [TIME_PROGRAM, "-q", "-a", "-o", str(r["dir"] / "rss"), "-f",
-                     RSS_MARK + " %M"] + inner
-        r["command"] = shlex.join(inner)
+        measure.setup_row(r, cmd, Path(tmpdir) / f"row{i}", with_rss)
 
     def run_one(r, rnd):
-        rss_file = r["dir"] / "rss"
-        if rss_file.exists():
-            rss_file.unlink()
-        out_file = r["dir"] / "stdout" if args.check_output else None
-        res = run_hyperfine(r["name"], r["command"], args.warmup if rnd == 0 else 0, 1,
-                            args.timeout, r["dir"], henv, ignore_failure=True,
-                            prepare=args.prepare, output=out_file)
-        r["hyperfine_command"] = res["hyperfine_command"]
+        res, rss = measure.run_round(r, args.warmup if rnd == 0 else 0, args.timeout, henv,
+                                     prepare=args.prepare, check_output=args.check_output)
         done[0] += 1
         head = f"[{done[0]:3d}/{total}] round {rnd + 1}/{args.runs}  {r['name']:<14s}"
         if res["status"] != "ok":
-            r.update(status=res["status"], message=res["message"])
             log(f"{head} {res['status']}: {res['message']}")
             return
         hf = res["hyperfine"]
-        rss = read_rss(rss_file) if have_time else None
-        add_round(r, hf, rss, file_digest(out_file) if out_file is not None else None)
         codes = hf.get("exit_codes") or []
         log(f"{head} {fmt(hf.get('median'), '.3f')} s  "
             + (f"{rss / 1024:8.1f} MiB" if rss is not None else "  RSS n/a")
             + (f"  exit {codes[-1]}" if codes and codes[-1] != 0 else ""))
 
     run_interleaved(rows, args.runs, run_one)
-    return have_time
+    return with_rss
 
 
 def hyperfine_version():
