@@ -36,7 +36,7 @@
 #include <string.h>
 
 #define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
-#define HARD_FILL_MAX 1024u     /* bytes of a quarantined block filled and checked */
+#define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
 #define HARD_STASH 8u           /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
@@ -45,10 +45,11 @@
 #define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
 
 static uint64_t secret;
-/* what a quarantined block is filled with (a byte, so that libc's memset
- * and memcmp, vectorised, do the work), and a block's worth of it */
-static unsigned char fill_byte;
-static unsigned char fill_image[HARD_FILL_MAX];
+/* what a quarantined block is filled with: one random byte, repeated */
+static uint64_t fill_word;
+/* How many free blocks of each class a thread keeps to pick from (set at
+ * init: no division on the way) */
+static uint8_t stash_caps[HAK_NCLASS];
 
 /* A block's key, from which its canary, size check, head guard and marks
  * derive; one mix per call that needs any of them. */
@@ -89,8 +90,11 @@ static HAK_COLD void hard_init(void) {
                       (uintptr_t)&secret);
     }
     secret = s | 1;
-    fill_byte = (unsigned char)(hak_mix64(secret ^ 0x66696c6cull) | 1);
-    memset(fill_image, fill_byte, sizeof fill_image);
+    fill_word = ((hak_mix64(secret ^ 0x66696c6cull) | 1) & 0xff) * 0x0101010101010101ull;
+    for (unsigned c = 1; c < HAK_NCLASS; c++) {
+        unsigned want = hak_class_size[c] ? HARD_STASH_BYTES / hak_class_size[c] : HARD_STASH;
+        stash_caps[c] = (uint8_t)(want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want);
+    }
     hak_link_bad = hard_link_bad;
     hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
 }
@@ -218,10 +222,30 @@ static inline uint64_t next_random(struct hard_thread *s) {
     return x;
 }
 
-/* How many free blocks of class cls a thread keeps to pick from. */
-static inline unsigned stash_cap(unsigned cls) {
-    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
-    return want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+static inline unsigned stash_cap(unsigned cls) { return stash_caps[cls]; }
+
+/* A random index below n (n <= HARD_STASH), by multiply: no division. */
+static inline unsigned random_below(struct hard_thread *s, unsigned n) {
+    return (unsigned)(((next_random(s) >> 32) * n) >> 32);
+}
+
+/* The stash's first slot holds the block the next take of its class
+ * returns, chosen at random among those there when the previous one was
+ * taken (or the stash was filled), so that its lines can be fetched ahead
+ * of the call that needs them. */
+static inline void pick_next(struct hard_thread *s, unsigned cls, unsigned n) {
+    void **v = s->stash[cls];
+    if (n > 1) {
+        unsigned k = random_below(s, n);
+        void *q = v[0];
+        v[0] = v[k];
+        v[k] = q;
+    }
+    if (n) {
+        /* take reads its mark and fill, arm writes its tail */
+        __builtin_prefetch(v[0], 1);
+        __builtin_prefetch((char *)v[0] + hak_class_size[cls] - 16, 1);
+    }
 }
 
 /* Fills class cls's stash from the heap: several blocks under one lock. */
@@ -236,6 +260,7 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
         s->stash[cls][n] = q;
         q = next;
     }
+    pick_next(s, cls, n);
     return n;
 }
 
@@ -243,10 +268,12 @@ static int still_poisoned(const void *p, size_t bs, uint64_t mark);
 
 /* A stashed block as it was put there: its mark, and the fill of one that
  * came out of the quarantine (a write after free there is found now). */
-static int stash_intact(const void *p) {
+static int stash_intact(const void *p, unsigned cls) {
     uint64_t w = *(const word64 *)p, k = block_key(p);
     if (w == STASH_OF(k)) return 1;
-    return still_poisoned(p, hak_slab_of(hak_ss_of(p), p)->block_size, RESTASH_OF(k));
+    /* only blocks of the class itself come back from the quarantine (a
+     * block standing in for a smaller class comes from the heap) */
+    return still_poisoned(p, hak_class_size[cls], RESTASH_OF(k));
 }
 
 static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
@@ -257,11 +284,12 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
     } else {
         unsigned n = s->nstash[cls];
         if (!n && !(n = stash_fill(t, s, cls))) return NULL;
-        unsigned k = (unsigned)(next_random(s) % n);
-        p = s->stash[cls][k];
-        s->stash[cls][k] = s->stash[cls][--n];
+        void **v = s->stash[cls];
+        p = v[0];
+        v[0] = v[--n];
         s->nstash[cls] = (uint8_t)n;
-        if (HAK_UNLIKELY(!stash_intact(p))) {
+        pick_next(s, cls, n);
+        if (HAK_UNLIKELY(!stash_intact(p, cls))) {
             hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
             return take(t, cls);   /* that one stays out of use */
         }
@@ -275,20 +303,30 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
 
 /* ---- quarantine -------------------------------------------------------- */
 
-/* Bytes of a quarantined block past its mark that the fill covers. */
-static inline size_t fill_bytes(size_t bs) {
+/* Words of a quarantined block past its mark that the fill covers: the
+ * block's first 64 bytes (the whole of a block up to 80 bytes). A write
+ * after free lands most often in an object's first fields (its header,
+ * reference count, links, vtable pointer), and the first line is the one
+ * free reads anyway (the mark): a longer fill costs a cache line more per
+ * 64 bytes at free and again when the block leaves the quarantine
+ * (docs/PERFORMANCE.md, "The hardened box"). */
+static inline size_t fill_words(size_t bs) {
     size_t end = bs - 16;   /* the size word and the next head guard stay */
-    return (end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8;
+    return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
 }
 
 static void poison(void *p, size_t bs) {
-    *(word64 *)p = QUAR_OF(block_key(p));
-    memset((char *)p + 8, fill_byte, fill_bytes(bs));
+    word64 *w = p;
+    w[0] = QUAR_OF(block_key(p));
+    for (size_t i = 1, n = fill_words(bs); i <= n; i++) w[i] = fill_word;
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
 static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
-    return *(const word64 *)p == mark && !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
+    const word64 *w = p;
+    uint64_t diff = w[0] ^ mark;
+    for (size_t i = 1, n = fill_words(bs); i <= n; i++) diff |= w[i] ^ fill_word;
+    return diff == 0;
 }
 
 static void return_all(struct hak_tls *t, struct hard_thread *s) {
@@ -336,6 +374,8 @@ static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
     s->quar_count++;
     s->quar_bytes += bs;
     while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
+    /* the next free evicts the oldest: its mark and fill, fetched now */
+    __builtin_prefetch((void *)(s->quar[s->quar_head] & (((uintptr_t)1 << 56) - 1)), 1);
 }
 
 static HAK_COLD void thread_exit(struct hak_tls *t) {
