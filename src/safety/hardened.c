@@ -59,7 +59,6 @@ static inline uint64_t block_key(const void *p) {
 #define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
 #define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
 #define STASH_OF(k) ((k) ^ 0x737461736873ull)     /* in a stash, from the heap */
-#define RESTASH_OF(k) ((k) ^ 0x72657374617368ull) /* in a stash, from the quarantine: filled */
 
 typedef uint64_t __attribute__((may_alias, aligned(1))) word_any;
 typedef uint64_t __attribute__((may_alias)) word64;
@@ -273,7 +272,7 @@ static int stash_intact(const void *p, unsigned cls) {
     if (w == STASH_OF(k)) return 1;
     /* only blocks of the class itself come back from the quarantine (a
      * block standing in for a smaller class comes from the heap) */
-    return still_poisoned(p, hak_class_size[cls], RESTASH_OF(k));
+    return still_poisoned(p, hak_class_size[cls], QUAR_OF(k));
 }
 
 static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
@@ -318,14 +317,24 @@ static inline size_t fill_words(size_t bs) {
 static void poison(void *p, size_t bs) {
     word64 *w = p;
     w[0] = QUAR_OF(block_key(p));
-    for (size_t i = 1, n = fill_words(bs); i <= n; i++) w[i] = fill_word;
+    size_t n = fill_words(bs);
+    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {   /* a constant count: unrolled */
+        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) w[i] = fill_word;
+        return;
+    }
+    for (size_t i = 1; i <= n; i++) w[i] = fill_word;
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
 static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
     const word64 *w = p;
     uint64_t diff = w[0] ^ mark;
-    for (size_t i = 1, n = fill_words(bs); i <= n; i++) diff |= w[i] ^ fill_word;
+    size_t n = fill_words(bs);
+    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {
+        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) diff |= w[i] ^ fill_word;
+        return diff == 0;
+    }
+    for (size_t i = 1; i <= n; i++) diff |= w[i] ^ fill_word;
     return diff == 0;
 }
 
@@ -353,7 +362,8 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
      * there is room: no lock, no list (a thread that frees what it
      * allocates never goes to its heap for them) */
     if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
-        *(word64 *)p = RESTASH_OF(block_key(p));   /* its fill is checked again when taken */
+        /* it keeps its quarantine mark (a free of it is a double free)
+         * and its fill, checked again when taken */
         s->stash[cls][s->nstash[cls]++] = p;
         return;
     }
@@ -400,7 +410,7 @@ static HAK_COLD enum hak_ptr_kind hardened_classify(const void *p, struct hak_pt
             info->reason = HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
         }
-        if (w == STASH_OF(key) || w == RESTASH_OF(key)) {
+        if (w == STASH_OF(key)) {
             info->reason = HAK_REASON_NOT_LIVE;
             return HAK_PTR_INVALID;
         }
