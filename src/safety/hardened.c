@@ -142,43 +142,52 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
     return (uint64_t)size | tag << 32;
 }
 
+/* Writes block p's guards (k its key) for a request of size, in a block
+ * whose guards end at end (guard_end). */
+static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
+    size_t stop = canary_stop(size, end), i = size;
+    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
+    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    *(word64 *)(c + end - 8) = size_word(k, size);
+    if (head) *(word64 *)(c - 8) = HEAD_OF(k);
+}
+
 static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
     char *c = p;
     /* a block of a larger class may stand in for the one asked
      * (backend/heap_refill.c): its run says what it is */
     if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
-    size_t end = guard_end(usable, large), stop = canary_stop(size, end), i = size;
-    uint64_t k = block_key(p);
-    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
-    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
-    *(word64 *)(c + end - 8) = size_word(k, size);
-    if (has_head_guard(p, large)) *(word64 *)(c - 8) = HEAD_OF(k);
+    size_t end = guard_end(usable, large);
+    arm_key(c, size, end, block_key(p), has_head_guard(p, large));
     if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
 }
 
-static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
-    const char *c = p;
-    size_t end = guard_end(usable, large);
-    uint64_t k = block_key(p), w = *(const word64 *)(c + end - 8);
-    size_t size = (uint32_t)w;
-    if (size + 16 > end || w != size_word(k, size)) {
-        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
-        return SIZE_MAX;
-    }
-    size_t stop = canary_stop(size, end), i = size;
+/* What is wrong with block p's guards (k its key, end as guard_end
+ * says), or NULL with the size it was asked with in *size. */
+static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int head, size_t *size) {
+    uint64_t w = *(const word64 *)(c + end - 8);
+    size_t n = (uint32_t)w;
+    if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
+    size_t stop = canary_stop(n, end), i = n;
     uint64_t diff = 0;
     for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
     if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
-    if (diff) {
-        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
-        return SIZE_MAX;
-    }
+    if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
-    uint64_t head;
-    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
-        !(head == 0 && !((uintptr_t)p & (HAK_PAGE_SIZE - 1)))) {
-        hak_report_bad(op, p, HAK_REASON_UNDERFLOW);
+    uint64_t h;
+    if (head && (h = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
+        !(h == 0 && !((uintptr_t)c & (HAK_PAGE_SIZE - 1))))
+        return HAK_REASON_UNDERFLOW;
+    *size = n;
+    return NULL;
+}
+
+static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
+    size_t size;
+    const char *fault = guard_fault(p, guard_end(usable, large), block_key(p), has_head_guard(p, large), &size);
+    if (fault) {
+        hak_report_bad(op, p, fault);
         return SIZE_MAX;
     }
     return size;
@@ -263,7 +272,7 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
     return n;
 }
 
-static int still_poisoned(const void *p, size_t bs, uint64_t mark);
+static inline int still_poisoned(const void *p, size_t bs, uint64_t mark);
 
 /* A stashed block as it was put there: its mark, and the fill of one that
  * came out of the quarantine (a write after free there is found now). */
@@ -314,9 +323,9 @@ static inline size_t fill_words(size_t bs) {
     return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
 }
 
-static void poison(void *p, size_t bs) {
+static inline void poison(void *p, size_t bs, uint64_t mark) {
     word64 *w = p;
-    w[0] = QUAR_OF(block_key(p));
+    w[0] = mark;
     size_t n = fill_words(bs);
     if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {   /* a constant count: unrolled */
         for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) w[i] = fill_word;
@@ -326,7 +335,7 @@ static void poison(void *p, size_t bs) {
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
-static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
+static inline int still_poisoned(const void *p, size_t bs, uint64_t mark) {
     const word64 *w = p;
     uint64_t diff = w[0] ^ mark;
     size_t n = fill_words(bs);
@@ -371,6 +380,21 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
     if (s->nreturn == HARD_RETURN) return_all(t, s);
 }
 
+/* Block p of class cls (mark: its quarantine mark) joins the thread's
+ * quarantine, filled; the oldest leave while it holds more than budget
+ * bytes. */
+static inline void quarantine(struct hak_tls *t, struct hard_thread *s, void *p, unsigned cls, size_t budget,
+                              uint64_t mark) {
+    size_t bs = hak_class_size[cls];
+    poison(p, bs, mark);
+    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
+    s->quar_count++;
+    s->quar_bytes += bs;
+    while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
+    /* the next free evicts the oldest: its mark and fill, fetched now */
+    __builtin_prefetch((void *)(s->quar[s->quar_head] & (((uintptr_t)1 << 56) - 1)), 1);
+}
+
 static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
     struct hard_thread *s = self_of(t);
     size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
@@ -378,14 +402,7 @@ static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
         to_heap(t, &p, 1);
         return;
     }
-    size_t bs = hak_class_size[cls];
-    poison(p, bs);
-    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
-    s->quar_count++;
-    s->quar_bytes += bs;
-    while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
-    /* the next free evicts the oldest: its mark and fill, fetched now */
-    __builtin_prefetch((void *)(s->quar[s->quar_head] & (((uintptr_t)1 << 56) - 1)), 1);
+    quarantine(t, s, p, cls, budget, QUAR_OF(block_key(p)));
 }
 
 static HAK_COLD void thread_exit(struct hak_tls *t) {
@@ -398,6 +415,77 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
     hard_self = NULL;
     void *self = s;
     to_heap(t, &self, 1);
+}
+
+/* ---- the thread's cache: malloc and free in one call each --------------- */
+
+/* Laid out with the cold text (the default box never runs them), but
+ * compiled for speed, as cold functions are not: the hardened box's
+ * every call runs them. */
+#define HARD_FAST __attribute__((noinline, section(".text.unlikely.hakmem_hardened")))
+
+/* malloc of a small block from the thread's stash, guards written: the
+ * same steps as the API's path through take and arm, with one key mix
+ * and no call on the way. NULL when the request is not that case (no
+ * state yet for the thread, a large request, an empty stash); the caller
+ * then takes that path, which also refills. */
+static HARD_FAST void *malloc_fast(size_t size) {
+    struct hard_thread *s = hard_self;   /* set: the thread has its heap (state 1) */
+    if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return NULL;
+    unsigned cls = hak_class_of(size + HARD_SMALL_TAIL < 32 ? 32 : size + HARD_SMALL_TAIL);
+    unsigned n = s->nstash[cls];
+    if (HAK_UNLIKELY(n == 0)) return NULL;
+    void **v = s->stash[cls];
+    char *p = v[0];
+    v[0] = v[--n];
+    s->nstash[cls] = (uint8_t)n;
+    pick_next(s, cls, n);
+    uint64_t k = block_key(p), w = *(const word64 *)p;
+    size_t bs = hak_class_size[cls];
+    if (w == STASH_OF(k)) {
+        /* from the heap: it may be of a larger class standing in */
+        bs = hak_slab_of(hak_ss_of(p), p)->block_size;
+    } else if (HAK_UNLIKELY(!still_poisoned(p, bs, QUAR_OF(k)))) {
+        hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
+        return NULL;   /* that one stays out of use */
+    }
+    hak_mark_clear(p);
+    ((word64 *)p)[1] = 0;   /* the link's check word */
+    arm_key(p, size, guard_end(bs, 0), k, has_head_guard(p, 0));
+    return p;
+}
+
+/* free of a live small block whose guards are intact, into the
+ * quarantine: the checks of hardened_classify, check and release_small
+ * with one key mix. 0 (and nothing done) for anything else: the API's
+ * path then checks it again and reports what is wrong. */
+static HARD_FAST int free_fast(void *p) {
+    struct hard_thread *s = hard_self;
+    size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
+    unsigned e = hak_chunk_entry(p);
+    if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
+    unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
+    unsigned cls = hak_ss_tag(row, slab);
+    /* a run with hollow blocks: the full check knows about them */
+    if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
+    /* The guards lie in the block's last lines: the size word in its
+     * last, the canary within a class step (an eighth) before it. Their
+     * loads would wait for the mark's line and then for each other: all
+     * start now. */
+    const char *end = (const char *)p + hak_class_size[cls] - 16;
+    __builtin_prefetch(end);
+    __builtin_prefetch(end - 64);
+    __builtin_prefetch(end - 128);
+    struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
+    if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p) || hak_mark_is_set(p)) return 0;
+    uint64_t k = block_key(p), w = *(const word64 *)p;
+    size_t size;
+    if (w == QUAR_OF(k) || w == STASH_OF(k) ||
+        guard_fault(p, guard_end(hak_class_size[cls], 0), k, has_head_guard(p, 0), &size))
+        return 0;
+    quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
+    return 1;
 }
 
 /* ---- the box ----------------------------------------------------------- */
@@ -428,6 +516,8 @@ static const struct hak_hardened_ops hardened_ops = {
     .release_small = release_small,
     .disarm_large = disarm_large,
     .thread_exit = thread_exit,
+    .malloc_fast = malloc_fast,
+    .free_fast = free_fast,
 };
 
 const struct hak_safety_ops hak_safety_hardened = {
