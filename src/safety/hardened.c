@@ -317,7 +317,7 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
  * reference count, links, vtable pointer), and the first line is the one
  * free reads anyway (the mark): a longer fill costs a cache line more per
  * 64 bytes at free and again when the block leaves the quarantine
- * (docs/PERFORMANCE.md, "The hardened box"). */
+ * (docs/PERFORMANCE.md, "Safety check cost"). */
 static inline size_t fill_words(size_t bs) {
     size_t end = bs - 16;   /* the size word and the next head guard stay */
     return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
