@@ -222,6 +222,53 @@ test_sleeping_thread_kept_runs_go_back (void)
   g_assert_cmpuint (released, >=, 3);
 }
 
+/* Blocks of 8-32 KiB (mid classes, a few blocks a run) replaced at random
+ * in 64 slots: once the slots are filled, the classes' runs serve every
+ * request. With no bins to keep such blocks (the hardened box), an
+ * emptied mid run that went back to its SuperSlab at once was made anew
+ * at the next refill of its class, a few hundred times here. */
+enum { MID_SLOTS = 64, MID_PAIRS = 20000, MID_RUNS_MADE_MAX = 32 };
+
+static void *
+replace_mid_blocks (void *arg)
+{
+  (void) arg;
+  static void *slot[MID_SLOTS];
+  uint64_t x = 42;
+  for (size_t i = 0; i < MID_SLOTS; i++)
+    slot[i] = T (malloc) (8192);
+  unsigned long long made = 0;
+  for (size_t i = 0; i < 2 * MID_PAIRS; i++)
+    {
+      if (i == MID_PAIRS)   /* the first half finds the classes' runs */
+        made = runs_made ();
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      size_t k = (size_t) (x >> 58) % MID_SLOTS;
+      T (free) (slot[k]);
+      slot[k] = T (malloc) (8192 + (size_t) ((x >> 20) % (24 * 1024 + 1)));
+      g_assert_nonnull (slot[k]);
+      memset (slot[k], 0x3C, 64);
+    }
+  unsigned long long more = runs_made () - made;
+  g_test_message ("%llu runs made in %d replacements", more, MID_PAIRS);
+  g_assert_cmpuint (more, <=, MID_RUNS_MADE_MAX);
+  for (size_t i = 0; i < MID_SLOTS; i++)
+    T (free) (slot[i]);
+  return NULL;
+}
+
+static void
+test_mid_runs_not_made_again (void)
+{
+  const char *pool = g_getenv ("HAKMEM_POOL");
+  if (!ht_safety_hardened () && (!HT_POOL_ENABLED || (pool && strcmp (pool, "none") == 0)))
+    {
+      g_test_skip ("HAKMEM_POOL=none gives emptied mid runs back to their SuperSlab at once");
+      return;
+    }
+  in_thread_of_fresh_process ("60000", replace_mid_blocks);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -232,5 +279,6 @@ main (int argc, char **argv)
   g_test_add_func ("/runs/kept-runs-go-back-when-heap-stays-smaller",
                    test_kept_runs_go_back_when_heap_stays_smaller);
   g_test_add_func ("/runs/sleeping-thread-kept-runs-go-back", test_sleeping_thread_kept_runs_go_back);
+  g_test_add_func ("/runs/mid-runs-not-made-again", test_mid_runs_not_made_again);
   return g_test_run ();
 }

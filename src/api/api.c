@@ -206,6 +206,8 @@ static void release_large(const char *op, void *p, struct hak_large *h) {
 
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL) && hd->free_fast(p)) return;
     struct hak_ptr_info info;
     switch (checked_classify("free", p, &info)) {
     case HAK_PTR_SMALL:   release_small("free", p, info.cls); return;
@@ -294,6 +296,10 @@ static HAK_COLD void *hard_take(const struct hak_hardened_ops *hd, unsigned cls)
  * its guards past the request (a small one of a class that has it, else a
  * large one with its guard page), armed. */
 static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
+    if (align == 0) {
+        void *p = hd->malloc_fast(size);
+        if (HAK_LIKELY(p != NULL)) return p;
+    }
     size_t need = hd->small_need(size);
     if (need <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         unsigned cls = align <= HAK_ALIGNMENT ? hak_class_of(need) : hak_aligned_class(need, align);

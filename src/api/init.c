@@ -77,6 +77,7 @@ void hak_init_slow(void) {
     if (hak_safety->hardened) hak_safety->hardened->init();
     hak_cache_limits_init(1, hak_safety->hardened ? no_room : hak_front->capacity);
     hak_cache_limits_init(0, hak_safety->hardened ? no_room : hak_pool->capacity);
+    hak_heap_keep_mid_runs = hak_safety->hardened != NULL;
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
     /* a box that checks every free wants no tag on the hit path */
     hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);

@@ -116,6 +116,14 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls);
  * thread exiting: its heap keeps its runs for the thread that adopts it,
  * see hak_heap_abandon). */
 void hak_heap_flush(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty);
+/* 1 when empty runs of mid classes stay with their class as tiny ones do
+ * (heap_int.h, hak_keep_empty_run): set at init when no bins keep those
+ * classes' blocks (the hardened box; HAKMEM_POOL=none gives them back at
+ * once, which tests/test-sizes.c relies on), whose runs, a few blocks
+ * each, would otherwise empty at nearly every flush and be made anew at
+ * the next refill (1 M pairs of mid_large_mt on one thread: 13,697 runs
+ * made against the default's 187, peak RSS 1.75 times the default's). */
+HAK_DATA int hak_heap_keep_mid_runs;
 /* Sends one block (already freed for memcheck; the link puts the free mark
  * on it) to its owner's inbox: the free of a thread whose heap is gone
  * (see free_small in api/api.c). */

@@ -179,12 +179,15 @@ void hak_slab_hollow_reset(struct hak_slab *s);
  * classes that empty for good (vectors that double) would keep theirs
  * (docs/PERFORMANCE.md, "Runs"). Tiny classes only: a mid class's run holds a few large blocks,
  * which Pool TLS bins keep already, and a program that frees such blocks
- * expects their slabs to serve any size. */
+ * expects their slabs to serve any size (unless no bins keep them:
+ * hak_heap_keep_mid_runs). */
 #define HAK_EMPTY_KEEP_SLABS 8u
+#define HAK_EMPTY_KEEP_MID_SLABS 32u   /* with hak_heap_keep_mid_runs: 2 MiB */
 
 static inline int hak_keep_empty_run(const struct hak_heap *h, const struct hak_slab *s) {
-    return hak_class_is_tiny(s->cls) && h->empty_slabs + s->nslabs <= HAK_EMPTY_KEEP_SLABS &&
-           hak_opt(HAK_OPT_DECAY_MS);
+    unsigned bound = hak_class_is_tiny(s->cls) ? HAK_EMPTY_KEEP_SLABS
+                     : hak_heap_keep_mid_runs ? HAK_EMPTY_KEEP_MID_SLABS : 0;
+    return h->empty_slabs + s->nslabs <= bound && hak_opt(HAK_OPT_DECAY_MS);
 }
 
 /* Gives n blocks of run s, chained from first to last, back to it; the

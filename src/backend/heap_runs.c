@@ -4,6 +4,8 @@
 #include "backend/heap_int.h"
 #include "base/options.h"
 
+int hak_heap_keep_mid_runs;
+
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
     s->state = HAK_SLAB_PARTIAL;
     s->prev = NULL;

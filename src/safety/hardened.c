@@ -36,7 +36,7 @@
 #include <string.h>
 
 #define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
-#define HARD_FILL_MAX 1024u     /* bytes of a quarantined block filled and checked */
+#define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
 #define HARD_STASH 8u           /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
@@ -45,10 +45,11 @@
 #define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
 
 static uint64_t secret;
-/* what a quarantined block is filled with (a byte, so that libc's memset
- * and memcmp, vectorised, do the work), and a block's worth of it */
-static unsigned char fill_byte;
-static unsigned char fill_image[HARD_FILL_MAX];
+/* what a quarantined block is filled with: one random byte, repeated */
+static uint64_t fill_word;
+/* How many free blocks of each class a thread keeps to pick from (set at
+ * init: no division on the way) */
+static uint8_t stash_caps[HAK_NCLASS];
 
 /* A block's key, from which its canary, size check, head guard and marks
  * derive; one mix per call that needs any of them. */
@@ -58,7 +59,6 @@ static inline uint64_t block_key(const void *p) {
 #define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
 #define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
 #define STASH_OF(k) ((k) ^ 0x737461736873ull)     /* in a stash, from the heap */
-#define RESTASH_OF(k) ((k) ^ 0x72657374617368ull) /* in a stash, from the quarantine: filled */
 
 typedef uint64_t __attribute__((may_alias, aligned(1))) word_any;
 typedef uint64_t __attribute__((may_alias)) word64;
@@ -89,8 +89,11 @@ static HAK_COLD void hard_init(void) {
                       (uintptr_t)&secret);
     }
     secret = s | 1;
-    fill_byte = (unsigned char)(hak_mix64(secret ^ 0x66696c6cull) | 1);
-    memset(fill_image, fill_byte, sizeof fill_image);
+    fill_word = ((hak_mix64(secret ^ 0x66696c6cull) | 1) & 0xff) * 0x0101010101010101ull;
+    for (unsigned c = 1; c < HAK_NCLASS; c++) {
+        unsigned want = hak_class_size[c] ? HARD_STASH_BYTES / hak_class_size[c] : HARD_STASH;
+        stash_caps[c] = (uint8_t)(want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want);
+    }
     hak_link_bad = hard_link_bad;
     hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
 }
@@ -139,43 +142,52 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
     return (uint64_t)size | tag << 32;
 }
 
+/* Writes block p's guards (k its key) for a request of size, in a block
+ * whose guards end at end (guard_end). */
+static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
+    size_t stop = canary_stop(size, end), i = size;
+    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
+    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    *(word64 *)(c + end - 8) = size_word(k, size);
+    if (head) *(word64 *)(c - 8) = HEAD_OF(k);
+}
+
 static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
     char *c = p;
     /* a block of a larger class may stand in for the one asked
      * (backend/heap_refill.c): its run says what it is */
     if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
-    size_t end = guard_end(usable, large), stop = canary_stop(size, end), i = size;
-    uint64_t k = block_key(p);
-    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
-    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
-    *(word64 *)(c + end - 8) = size_word(k, size);
-    if (has_head_guard(p, large)) *(word64 *)(c - 8) = HEAD_OF(k);
+    size_t end = guard_end(usable, large);
+    arm_key(c, size, end, block_key(p), has_head_guard(p, large));
     if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
 }
 
-static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
-    const char *c = p;
-    size_t end = guard_end(usable, large);
-    uint64_t k = block_key(p), w = *(const word64 *)(c + end - 8);
-    size_t size = (uint32_t)w;
-    if (size + 16 > end || w != size_word(k, size)) {
-        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
-        return SIZE_MAX;
-    }
-    size_t stop = canary_stop(size, end), i = size;
+/* What is wrong with block p's guards (k its key, end as guard_end
+ * says), or NULL with the size it was asked with in *size. */
+static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int head, size_t *size) {
+    uint64_t w = *(const word64 *)(c + end - 8);
+    size_t n = (uint32_t)w;
+    if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
+    size_t stop = canary_stop(n, end), i = n;
     uint64_t diff = 0;
     for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
     if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
-    if (diff) {
-        hak_report_bad(op, p, HAK_REASON_OVERFLOW);
-        return SIZE_MAX;
-    }
+    if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
-    uint64_t head;
-    if (has_head_guard(p, large) && (head = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
-        !(head == 0 && !((uintptr_t)p & (HAK_PAGE_SIZE - 1)))) {
-        hak_report_bad(op, p, HAK_REASON_UNDERFLOW);
+    uint64_t h;
+    if (head && (h = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
+        !(h == 0 && !((uintptr_t)c & (HAK_PAGE_SIZE - 1))))
+        return HAK_REASON_UNDERFLOW;
+    *size = n;
+    return NULL;
+}
+
+static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
+    size_t size;
+    const char *fault = guard_fault(p, guard_end(usable, large), block_key(p), has_head_guard(p, large), &size);
+    if (fault) {
+        hak_report_bad(op, p, fault);
         return SIZE_MAX;
     }
     return size;
@@ -218,10 +230,30 @@ static inline uint64_t next_random(struct hard_thread *s) {
     return x;
 }
 
-/* How many free blocks of class cls a thread keeps to pick from. */
-static inline unsigned stash_cap(unsigned cls) {
-    unsigned want = HARD_STASH_BYTES / hak_class_size[cls];
-    return want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want;
+static inline unsigned stash_cap(unsigned cls) { return stash_caps[cls]; }
+
+/* A random index below n (n <= HARD_STASH), by multiply: no division. */
+static inline unsigned random_below(struct hard_thread *s, unsigned n) {
+    return (unsigned)(((next_random(s) >> 32) * n) >> 32);
+}
+
+/* The stash's first slot holds the block the next take of its class
+ * returns, chosen at random among those there when the previous one was
+ * taken (or the stash was filled), so that its lines can be fetched ahead
+ * of the call that needs them. */
+static inline void pick_next(struct hard_thread *s, unsigned cls, unsigned n) {
+    void **v = s->stash[cls];
+    if (n > 1) {
+        unsigned k = random_below(s, n);
+        void *q = v[0];
+        v[0] = v[k];
+        v[k] = q;
+    }
+    if (n) {
+        /* take reads its mark and fill, arm writes its tail */
+        __builtin_prefetch(v[0], 1);
+        __builtin_prefetch((char *)v[0] + hak_class_size[cls] - 16, 1);
+    }
 }
 
 /* Fills class cls's stash from the heap: several blocks under one lock. */
@@ -236,17 +268,20 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
         s->stash[cls][n] = q;
         q = next;
     }
+    pick_next(s, cls, n);
     return n;
 }
 
-static int still_poisoned(const void *p, size_t bs, uint64_t mark);
+static inline int still_poisoned(const void *p, size_t bs, uint64_t mark);
 
 /* A stashed block as it was put there: its mark, and the fill of one that
  * came out of the quarantine (a write after free there is found now). */
-static int stash_intact(const void *p) {
+static int stash_intact(const void *p, unsigned cls) {
     uint64_t w = *(const word64 *)p, k = block_key(p);
     if (w == STASH_OF(k)) return 1;
-    return still_poisoned(p, hak_slab_of(hak_ss_of(p), p)->block_size, RESTASH_OF(k));
+    /* only blocks of the class itself come back from the quarantine (a
+     * block standing in for a smaller class comes from the heap) */
+    return still_poisoned(p, hak_class_size[cls], QUAR_OF(k));
 }
 
 static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
@@ -257,11 +292,12 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
     } else {
         unsigned n = s->nstash[cls];
         if (!n && !(n = stash_fill(t, s, cls))) return NULL;
-        unsigned k = (unsigned)(next_random(s) % n);
-        p = s->stash[cls][k];
-        s->stash[cls][k] = s->stash[cls][--n];
+        void **v = s->stash[cls];
+        p = v[0];
+        v[0] = v[--n];
         s->nstash[cls] = (uint8_t)n;
-        if (HAK_UNLIKELY(!stash_intact(p))) {
+        pick_next(s, cls, n);
+        if (HAK_UNLIKELY(!stash_intact(p, cls))) {
             hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
             return take(t, cls);   /* that one stays out of use */
         }
@@ -275,20 +311,40 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
 
 /* ---- quarantine -------------------------------------------------------- */
 
-/* Bytes of a quarantined block past its mark that the fill covers. */
-static inline size_t fill_bytes(size_t bs) {
+/* Words of a quarantined block past its mark that the fill covers: the
+ * block's first 64 bytes (the whole of a block up to 80 bytes). A write
+ * after free lands most often in an object's first fields (its header,
+ * reference count, links, vtable pointer), and the first line is the one
+ * free reads anyway (the mark): a longer fill costs a cache line more per
+ * 64 bytes at free and again when the block leaves the quarantine
+ * (docs/PERFORMANCE.md, "Safety check cost"). */
+static inline size_t fill_words(size_t bs) {
     size_t end = bs - 16;   /* the size word and the next head guard stay */
-    return (end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8;
+    return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
 }
 
-static void poison(void *p, size_t bs) {
-    *(word64 *)p = QUAR_OF(block_key(p));
-    memset((char *)p + 8, fill_byte, fill_bytes(bs));
+static inline void poison(void *p, size_t bs, uint64_t mark) {
+    word64 *w = p;
+    w[0] = mark;
+    size_t n = fill_words(bs);
+    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {   /* a constant count: unrolled */
+        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) w[i] = fill_word;
+        return;
+    }
+    for (size_t i = 1; i <= n; i++) w[i] = fill_word;
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
-static int still_poisoned(const void *p, size_t bs, uint64_t mark) {
-    return *(const word64 *)p == mark && !memcmp((const char *)p + 8, fill_image, fill_bytes(bs));
+static inline int still_poisoned(const void *p, size_t bs, uint64_t mark) {
+    const word64 *w = p;
+    uint64_t diff = w[0] ^ mark;
+    size_t n = fill_words(bs);
+    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {
+        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) diff |= w[i] ^ fill_word;
+        return diff == 0;
+    }
+    for (size_t i = 1; i <= n; i++) diff |= w[i] ^ fill_word;
+    return diff == 0;
 }
 
 static void return_all(struct hak_tls *t, struct hard_thread *s) {
@@ -315,12 +371,28 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
      * there is room: no lock, no list (a thread that frees what it
      * allocates never goes to its heap for them) */
     if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
-        *(word64 *)p = RESTASH_OF(block_key(p));   /* its fill is checked again when taken */
+        /* it keeps its quarantine mark (a free of it is a double free)
+         * and its fill, checked again when taken */
         s->stash[cls][s->nstash[cls]++] = p;
         return;
     }
     s->returning[s->nreturn++] = p;
     if (s->nreturn == HARD_RETURN) return_all(t, s);
+}
+
+/* Block p of class cls (mark: its quarantine mark) joins the thread's
+ * quarantine, filled; the oldest leave while it holds more than budget
+ * bytes. */
+static inline void quarantine(struct hak_tls *t, struct hard_thread *s, void *p, unsigned cls, size_t budget,
+                              uint64_t mark) {
+    size_t bs = hak_class_size[cls];
+    poison(p, bs, mark);
+    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
+    s->quar_count++;
+    s->quar_bytes += bs;
+    while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
+    /* the next free evicts the oldest: its mark and fill, fetched now */
+    __builtin_prefetch((void *)(s->quar[s->quar_head] & (((uintptr_t)1 << 56) - 1)), 1);
 }
 
 static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
@@ -330,12 +402,7 @@ static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
         to_heap(t, &p, 1);
         return;
     }
-    size_t bs = hak_class_size[cls];
-    poison(p, bs);
-    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
-    s->quar_count++;
-    s->quar_bytes += bs;
-    while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
+    quarantine(t, s, p, cls, budget, QUAR_OF(block_key(p)));
 }
 
 static HAK_COLD void thread_exit(struct hak_tls *t) {
@@ -350,6 +417,77 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
     to_heap(t, &self, 1);
 }
 
+/* ---- the thread's cache: malloc and free in one call each --------------- */
+
+/* Laid out with the cold text (the default box never runs them), but
+ * compiled for speed, as cold functions are not: the hardened box's
+ * every call runs them. */
+#define HARD_FAST __attribute__((noinline, section(".text.unlikely.hakmem_hardened")))
+
+/* malloc of a small block from the thread's stash, guards written: the
+ * same steps as the API's path through take and arm, with one key mix
+ * and no call on the way. NULL when the request is not that case (no
+ * state yet for the thread, a large request, an empty stash); the caller
+ * then takes that path, which also refills. */
+static HARD_FAST void *malloc_fast(size_t size) {
+    struct hard_thread *s = hard_self;   /* set: the thread has its heap (state 1) */
+    if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return NULL;
+    unsigned cls = hak_class_of(size + HARD_SMALL_TAIL < 32 ? 32 : size + HARD_SMALL_TAIL);
+    unsigned n = s->nstash[cls];
+    if (HAK_UNLIKELY(n == 0)) return NULL;
+    void **v = s->stash[cls];
+    char *p = v[0];
+    v[0] = v[--n];
+    s->nstash[cls] = (uint8_t)n;
+    pick_next(s, cls, n);
+    uint64_t k = block_key(p), w = *(const word64 *)p;
+    size_t bs = hak_class_size[cls];
+    if (w == STASH_OF(k)) {
+        /* from the heap: it may be of a larger class standing in */
+        bs = hak_slab_of(hak_ss_of(p), p)->block_size;
+    } else if (HAK_UNLIKELY(!still_poisoned(p, bs, QUAR_OF(k)))) {
+        hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
+        return NULL;   /* that one stays out of use */
+    }
+    hak_mark_clear(p);
+    ((word64 *)p)[1] = 0;   /* the link's check word */
+    arm_key(p, size, guard_end(bs, 0), k, has_head_guard(p, 0));
+    return p;
+}
+
+/* free of a live small block whose guards are intact, into the
+ * quarantine: the checks of hardened_classify, check and release_small
+ * with one key mix. 0 (and nothing done) for anything else: the API's
+ * path then checks it again and reports what is wrong. */
+static HARD_FAST int free_fast(void *p) {
+    struct hard_thread *s = hard_self;
+    size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
+    unsigned e = hak_chunk_entry(p);
+    if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
+    unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
+    unsigned cls = hak_ss_tag(row, slab);
+    /* a run with hollow blocks: the full check knows about them */
+    if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
+    /* The guards lie in the block's last lines: the size word in its
+     * last, the canary within a class step (an eighth) before it. Their
+     * loads would wait for the mark's line and then for each other: all
+     * start now. */
+    const char *end = (const char *)p + hak_class_size[cls] - 16;
+    __builtin_prefetch(end);
+    __builtin_prefetch(end - 64);
+    __builtin_prefetch(end - 128);
+    struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
+    if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p) || hak_mark_is_set(p)) return 0;
+    uint64_t k = block_key(p), w = *(const word64 *)p;
+    size_t size;
+    if (w == QUAR_OF(k) || w == STASH_OF(k) ||
+        guard_fault(p, guard_end(hak_class_size[cls], 0), k, has_head_guard(p, 0), &size))
+        return 0;
+    quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
+    return 1;
+}
+
 /* ---- the box ----------------------------------------------------------- */
 
 static HAK_COLD enum hak_ptr_kind hardened_classify(const void *p, struct hak_ptr_info *info) {
@@ -360,7 +498,7 @@ static HAK_COLD enum hak_ptr_kind hardened_classify(const void *p, struct hak_pt
             info->reason = HAK_REASON_DOUBLE;
             return HAK_PTR_INVALID;
         }
-        if (w == STASH_OF(key) || w == RESTASH_OF(key)) {
+        if (w == STASH_OF(key)) {
             info->reason = HAK_REASON_NOT_LIVE;
             return HAK_PTR_INVALID;
         }
@@ -378,6 +516,8 @@ static const struct hak_hardened_ops hardened_ops = {
     .release_small = release_small,
     .disarm_large = disarm_large,
     .thread_exit = thread_exit,
+    .malloc_fast = malloc_fast,
+    .free_fast = free_fast,
 };
 
 const struct hak_safety_ops hak_safety_hardened = {

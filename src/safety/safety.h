@@ -77,6 +77,12 @@ struct hak_hardened_ops {
     void (*disarm_large)(void *p, size_t usable);
     /* Thread exit (t still live): what the thread keeps goes back. */
     void (*thread_exit)(struct hak_tls *t);
+    /* The common cases in one call each, tried first: malloc of a small
+     * block the thread has at hand (NULL: take the path above), and free
+     * of a live small block with intact guards (0, with nothing done:
+     * take the path above, which reports what is wrong). */
+    void *(*malloc_fast)(size_t size);
+    int (*free_fast)(void *p);
 };
 HAK_DATA const struct hak_safety_ops *hak_safety;
 
