@@ -74,16 +74,18 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
 }
 
 /* Where the unused part of a new SuperSlab's header slab starts, to be
- * unmapped (see HAK_SS_HEADER_END), or HAK_SLAB_SIZE: not without an
- * address-space limit, where it costs nothing and a hole would split the
- * mapping (two mappings a SuperSlab, against the kernel's bound of about
- * 65,000 a process); not with a box that gives pages back only with the
- * whole SuperSlab (hugepage: one 2 MiB page); not when the kernel's pages
- * are so large that nothing is left past the header. */
+ * unmapped (see HAK_SS_HEADER_END), or HAK_SLAB_SIZE: only under an
+ * address-space limit, and one low enough that the holes, a mapping more
+ * for each SuperSlab, stay at 16,384 or fewer, a quarter of the kernel's
+ * default bound (vm.max_map_count, 65,530): without a limit the slab's
+ * untouched pages cost nothing. Not with a box that gives pages back only
+ * with the whole SuperSlab (hugepage: one 2 MiB page), nor when the
+ * kernel's pages are so large that nothing is left past the header. */
+#define HAK_TRIM_LIMIT_MAX ((size_t)16384 * HAK_CHUNK_SIZE)   /* 32 GiB */
 static size_t header_trim_start(void) {
     size_t page = hak_os_page_size();
     size_t from = (HAK_SS_HEADER_END + page - 1) & ~(page - 1);
-    if (from >= HAK_SLAB_SIZE || !hak_ss_purges_inside() || !hak_os_address_space_limited())
+    if (from >= HAK_SLAB_SIZE || !hak_ss_purges_inside() || hak_os_address_space_limit() > HAK_TRIM_LIMIT_MAX)
         return HAK_SLAB_SIZE;
     return from;
 }

@@ -97,12 +97,12 @@ void *hak_os_map_aligned(size_t size, size_t align) {
     return aligned;
 }
 
-int hak_os_address_space_limited(void) {
+size_t hak_os_address_space_limit(void) {
     int saved = errno;
     struct rlimit r;
-    int limited = getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+    int limited = getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < SIZE_MAX;
     errno = saved;
-    return limited;
+    return limited ? (size_t)r.rlim_cur : SIZE_MAX;
 }
 
 void *hak_os_next_map_hint(void) {
