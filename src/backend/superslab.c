@@ -37,7 +37,7 @@ static int purged_full_locked(size_t keep) {
  * purged flag must live there. */
 _Static_assert(offsetof(struct hak_superslab, slab_head) < HAK_PAGE_SIZE, "header link in first page");
 _Static_assert(sizeof(struct hak_slab) == 64, "a run's metadata is indexed by a shift");
-/* The hollow-block bitmaps follow the header in slab 0. */
+/* The hollow-block bitmaps end the header's page. */
 _Static_assert(sizeof(struct hak_superslab) <= HAK_HOLLOW_BITMAP_OFF &&
                HAK_HOLLOW_BITMAP_OFF + HAK_SLABS_PER_SS * HAK_HOLLOW_SLAB_BYTES <= HAK_SS_HEADER_END,
                "hollow bitmaps in the header's page");

@@ -74,7 +74,7 @@ struct hak_superslab {
     struct hak_superslab *room_next, *room_prev;
     uint8_t room_bucket;
     /* its header slab's pages past HAK_SS_HEADER_END are unmapped
-     * (hak_ss_acquire, under an address-space limit) */
+     * (map_batch, under an address-space limit) */
     uint8_t header_trimmed;
     /* slabs its owner is to purge with its next batch (backend/heap_runs.c) */
     uint32_t purge_pending;
