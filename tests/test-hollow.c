@@ -99,6 +99,57 @@ check_live (void *const *live, size_t nlive)
 /* The freed blocks' pages go back, the live blocks keep their contents,
  * and the freed blocks are handed out again (their pages fault back in),
  * none twice and none over a live one. */
+/* Runs of whole-page blocks laid end to end (backend/superslab.h,
+ * hak_size_page_starts: 24 KiB blocks, eight in three slabs) are made
+ * hollow too: one block in eight live keeps each run in use, and the
+ * pages of the others go back. */
+static void
+test_whole_page_blocks_hollow (void)
+{
+  enum { WN = 640, WSIZE = 24 * 1024 };
+  if (!ht_partial_purge_or_skip (HOLLOW_SKIP))
+    return;
+  if (!ht_plain_blocks_or_skip ("the hardened box's blocks are of a larger class than the request's"))
+    return;
+  if (!in_process (NULL))
+    return;
+  void **w = g_new0 (void *, WN);
+  unsigned long long before = stats_hollow_blocks ();
+  for (size_t i = 0; i < WN; i++)
+    {
+      g_assert_nonnull (w[i] = T (malloc) (WSIZE));
+      ht_fill (w[i], WSIZE, i);
+    }
+  for (size_t i = 0; i < WN; i++)
+    if (i % KEEP_EVERY)
+      T (free) (w[i]);
+  void *other[256];
+  for (size_t i = 0; i < G_N_ELEMENTS (other); i++)
+    g_assert_nonnull (other[i] = T (malloc) (3000));
+  for (size_t i = 0; i < G_N_ELEMENTS (other); i++)
+    T (free) (other[i]);
+  size_t total = 0, resident = 0;
+  for (size_t i = 0; i < WN; i++)
+    if (i % KEEP_EVERY)
+      {
+        resident += (size_t) page_resident (w[i]);
+        total++;
+      }
+  unsigned long long hollow = stats_hollow_blocks () - before;
+  g_test_message ("first pages of %zu freed 24 KiB blocks: %zu resident; %llu blocks made hollow", total,
+                  resident, hollow);
+  /* a bin keeps up to 2 MiB of them (85 blocks) */
+  if (resident > total / 2)
+    g_error ("%zu of %zu freed 24 KiB blocks' first pages still resident", resident, total);
+  g_assert_cmpuint (hollow, >, 0);
+  for (size_t i = 0; i < WN; i += KEEP_EVERY)
+    {
+      ht_assert_pattern (w[i], WSIZE, i);
+      T (free) (w[i]);
+    }
+  g_free (w);
+}
+
 static void
 test_drop_gives_back_free_pages (void)
 {
@@ -328,6 +379,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/hollow/drop-gives-back-free-pages", test_drop_gives_back_free_pages);
+  g_test_add_func ("/hollow/whole-page-blocks", test_whole_page_blocks_hollow);
   g_test_add_func ("/hollow/double-free-caught", test_hollow_double_free_caught);
   g_test_add_func ("/hollow/refilled-block-double-free-caught", test_refilled_hollow_double_free_caught);
   g_test_add_func ("/hollow/remote-frees-into-hollow-runs", test_remote_frees_into_hollow_runs);

@@ -246,7 +246,9 @@ test_usable_near_glibc (void)
 
 /* Blocks of a class that fits a 64 KiB slab badly are laid end to end
  * over their run (backend/superslab.h, hak_ss_per_slab): 33,000-byte
- * requests (33,792-byte blocks, one a slab otherwise, 48% of it unused).
+ * requests (33,792-byte blocks, one a slab otherwise, 48% of it unused),
+ * and those of whole pages that do not divide a slab (24,576 B, two a slab
+ * otherwise, a quarter unused; 12,288, 20,480 and 28,672 B).
  * The slabs their blocks cover then hold them with at most a few percent
  * to spare: address space, which `ulimit -v` counts. In a fresh process,
  * whose runs of the class are new. */
@@ -256,7 +258,7 @@ test_badly_fitting_class_end_to_end (void)
   enum { N = 120 };
   if (!ht_in_fresh_process ())
     return;
-  static const size_t sizes[] = { 33000 };
+  static const size_t sizes[] = { 33000, 24000, 12000, 20000, 28000 };
   void **b = g_new0 (void *, N);
   for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
     {

@@ -4,7 +4,6 @@
 #include <stddef.h>
 
 struct hak_free_tables hak_free_tables;
-uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
 uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 uintptr_t hak_tag_window_base;

@@ -50,7 +50,7 @@ enum hak_chunk_kind {
 #define HAK_CHUNK_DIR_ENTRIES (HAK_CHUNK_MAP_ENTRIES >> HAK_CHUNK_LEAF_SHIFT)
 /* enough to put class_magic at 16 MiB (see struct hak_free_tables) */
 #define HAK_CHUNK_STATIC_LEAVES \
-    (((16u << 20) - 2u * HAK_TAG_WINDOW_PAGES - 2 * HAK_ENTRY_ROWS * HAK_SLABS_PER_SS) / (2 * HAK_CHUNK_LEAF_ENTRIES))
+    (((16u << 20) - 2u * HAK_TAG_WINDOW_PAGES - 3 * HAK_ENTRY_ROWS * HAK_SLABS_PER_SS) / (2 * HAK_CHUNK_LEAF_ENTRIES))
 
 /* The tag window: the class tag of every page of one 16 GiB stretch of
  * address space, indexed by (p - hak_tag_window_base) >> 12, so that the
@@ -96,8 +96,14 @@ struct hak_free_tables {
      * uses it as is; hak_ss_tag() gives the class). 4 MiB of .bss; only
      * the rows of live SuperSlabs are touched. */
     uint16_t ss_tags[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
+    /* Position of every slab within its run (0 for a run's first slab),
+     * so the free path can find a multi-slab run's start without the
+     * header. Indexed like ss_tags. Here, in the room class_magic's
+     * offset takes anyway, rather than 2 MiB more of .bss, which an
+     * address-space limit (ulimit -v) counts. */
+    uint8_t ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
     /* Leaves of the chunk map, taken in turn as first needed (each covers
-     * 8 GiB, so these cover 4 TiB; then metadata memory). Here because
+     * 8 GiB, so these cover 2 TiB; then metadata memory). Here because
      * class_magic must lie 16 MiB or more into the object: a nearer
      * offset, which the compiler folds into the symbol's address, made the
      * free hit path one instruction longer (an lea and an add where one
@@ -114,10 +120,7 @@ HAK_DATA struct hak_free_tables hak_free_tables;
 #define hak_ss_tags           (hak_free_tables.ss_tags)
 #define hak_class_magic       (hak_free_tables.class_magic)
 
-/* Position of every slab within its run (0 for a run's first slab), so the
- * free path can find a multi-slab run's start without the header. Indexed
- * like hak_ss_tags. */
-HAK_DATA uint8_t hak_ss_runpos[HAK_ENTRY_ROWS][HAK_SLABS_PER_SS];
+#define hak_ss_runpos         (hak_free_tables.ss_runpos)
 
 /* A run with hollow blocks (backend/heap_hollow.c) has its class's tag
  * plus this: its zero magic row sends every free of its blocks off the hit

@@ -65,11 +65,14 @@ static inline int page_get(const uint64_t *map, unsigned p) { return (int)((map[
 
 /* Mostly free (3/4 of its carved blocks), with enough free bytes and
  * blocks large enough for whole pages to be free (HAK_HOLLOW_MIN_BLOCK,
- * heap_int.h: below it a page holds 8 blocks or more, and random frees
- * rarely leave one wholly free); not empty (an empty run
- * goes back whole, or is kept whole for an exited thread's successor). */
+ * backend/superslab.h: below it a page holds 8 blocks or more, and random
+ * frees rarely leave one wholly free); in slab layout, or of whole pages
+ * laid end to end (a 24 KiB block's pages are its own); not empty (an
+ * empty run goes back whole, or is kept whole for an exited thread's
+ * successor). */
 static int worth_hollowing(const struct hak_slab *s) {
-    return s->used && s->per_slab && s->block_size >= HAK_HOLLOW_MIN_BLOCK &&
+    return s->used && (s->per_slab || hak_size_page_starts(s->block_size)) &&
+           s->block_size >= HAK_HOLLOW_MIN_BLOCK &&
            hak_slab_mostly_free(s) &&
            (uint64_t)s->nfree * s->block_size >= (uint64_t)HAK_HOLLOW_MIN_PAGES * HAK_PAGE_SIZE;
 }

@@ -135,10 +135,10 @@ int hak_heap_absorb_abandoned(struct hak_heap *h);
  * runs in use go back: see there) */
 /* After a block went back to s: queue s if it is mostly free now (3/4 of
  * its carved blocks). Only partly used runs of blocks of
- * HAK_HOLLOW_MIN_BLOCK bytes and up qualify. The cheap part of the test
+ * HAK_HOLLOW_MIN_BLOCK bytes and up qualify (backend/superslab.h, where
+ * their bitmaps are sized by it). The cheap part of the test
  * is inline, since every block a flush returns passes here and most
  * runs do not qualify: a call for each would cost more than the test. */
-#define HAK_HOLLOW_MIN_BLOCK 512u
 void hak_heap_hollow_consider_run(struct hak_heap *h, struct hak_slab *s);
 static inline int hak_slab_mostly_free(const struct hak_slab *s) {
     return (uint64_t)s->nfree * 4 >= (uint64_t)s->carved * 3;

@@ -259,6 +259,12 @@ void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct h
 struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
     unsigned pos = 0, dirty = 0, n = hak_ss_run_slabs(cls, h->run_level[cls]);
     struct hak_superslab *ss = room_find(h, n, &pos, &dirty);
+    /* Before the heap takes a new SuperSlab, a shorter run where one fits:
+     * runs of 3 slabs leave the last of a SuperSlab's 31 unused, a 32nd
+     * of its address space, which an address-space limit (ulimit -v)
+     * counts. Blocks up to a slab's size only, which any run holds. */
+    while (!ss && n > 1 && hak_class_size[cls] <= HAK_SLAB_SIZE)
+        ss = room_find(h, --n, &pos, &dirty);
     if (!ss) return NULL;
     hak_heap_dirty_sub(h, dirty);
     if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;

@@ -37,10 +37,10 @@ static int purged_full_locked(size_t keep) {
  * purged flag must live there. */
 _Static_assert(offsetof(struct hak_superslab, slab_head) < HAK_PAGE_SIZE, "header link in first page");
 _Static_assert(sizeof(struct hak_slab) == 64, "a run's metadata is indexed by a shift");
-/* The hollow-block bitmaps follow the header in slab 0. */
+/* The hollow-block bitmaps end the header's page. */
 _Static_assert(sizeof(struct hak_superslab) <= HAK_HOLLOW_BITMAP_OFF &&
-               HAK_HOLLOW_BITMAP_OFF + HAK_SLABS_PER_SS * HAK_HOLLOW_SLAB_BYTES <= HAK_SLAB_SIZE,
-               "hollow bitmaps in the header slab");
+               HAK_HOLLOW_BITMAP_OFF + HAK_SLABS_PER_SS * HAK_HOLLOW_SLAB_BYTES <= HAK_SS_HEADER_END,
+               "hollow bitmaps in the header's page");
 
 /* Dense SuperSlab indices (rows of hak_ss_tags); an unmapped SuperSlab's
  * index is reused. Guarded by pool.lock. */
@@ -73,6 +73,23 @@ static void ss_format(struct hak_superslab *ss, struct hak_heap *owner) {
     for (unsigned i = 0; i < HAK_SLABS_PER_SS; i++) ss->slabs[i].index = (uint8_t)i;
 }
 
+/* Where the unused part of a new SuperSlab's header slab starts, to be
+ * unmapped (see HAK_SS_HEADER_END), or HAK_SLAB_SIZE: only under an
+ * address-space limit, and one low enough that the holes, a mapping more
+ * for each SuperSlab, stay at 16,384 or fewer, a quarter of the kernel's
+ * default bound (vm.max_map_count, 65,530): without a limit the slab's
+ * untouched pages cost nothing. Not with a box that gives pages back only
+ * with the whole SuperSlab (hugepage: one 2 MiB page), nor when the
+ * kernel's pages are so large that nothing is left past the header. */
+#define HAK_TRIM_LIMIT_MAX ((size_t)16384 * HAK_CHUNK_SIZE)   /* 32 GiB */
+static size_t header_trim_start(void) {
+    size_t page = hak_os_page_size();
+    size_t from = (HAK_SS_HEADER_END + page - 1) & ~(page - 1);
+    if (from >= HAK_SLAB_SIZE || !hak_ss_purges_inside() || hak_os_address_space_limit() > HAK_TRIM_LIMIT_MAX)
+        return HAK_SLAB_SIZE;
+    return from;
+}
+
 /* Maps SuperSlabs several at a time (more as the process grows), so a
  * growing heap makes few mmap calls; the extra ones wait in the pool,
  * untouched. Returns one, or NULL when no memory or index is left. */
@@ -100,8 +117,13 @@ static struct hak_superslab *map_batch(void) {
     pool.st.mapped += got;
     pool.st.live++;
     hak_spin_unlock(&pool.lock);
+    size_t trim_from = header_trim_start();
     for (unsigned i = 0; i < got; i++) {
         struct hak_superslab *ss = (struct hak_superslab *)(base + i * HAK_CHUNK_SIZE);
+        if (trim_from < HAK_SLAB_SIZE) {
+            hak_os_unmap((char *)ss + trim_from, HAK_SLAB_SIZE - trim_from);
+            ss->header_trimmed = 1;
+        }
         ss->index = index[i];
         hak_ss_clear_tags(ss);
         hak_chunk_map_set(ss, HAK_CHUNK_SIZE, hak_ss_entry_of(index[i]) | hak_ss_entry_flag, 0);
@@ -164,7 +186,13 @@ static void pool_purge_unlock(struct hak_superslab *ss, size_t keep) {
     /* the header's page stays; on a kernel with larger pages, ss +
      * HAK_PAGE_SIZE is no page boundary and madvise would refuse it */
     size_t head = hak_os_page_size() > HAK_PAGE_SIZE ? hak_os_page_size() : HAK_PAGE_SIZE;
-    hak_ss_box->purge((char *)ss + head, HAK_CHUNK_SIZE - head);
+    if (ss->header_trimmed) {   /* around the hole */
+        size_t end = (HAK_SS_HEADER_END + hak_os_page_size() - 1) & ~(hak_os_page_size() - 1);
+        if (end > head) hak_ss_box->purge((char *)ss + head, end - head);
+        hak_ss_box->purge((char *)ss + HAK_SLAB_SIZE, HAK_CHUNK_SIZE - HAK_SLAB_SIZE);
+    } else {
+        hak_ss_box->purge((char *)ss + head, HAK_CHUNK_SIZE - head);
+    }
     hak_spin_lock(&pool.lock);
     purged_push_locked(ss);
     hak_spin_unlock(&pool.lock);
@@ -221,6 +249,7 @@ unsigned hak_ss_per_slab(size_t bs) {
     size_t tail = HAK_SLAB_SIZE % bs;   /* its part in the last block's page is resident */
     if (tail % HAK_PAGE_SIZE > HAK_SLAB_SIZE / 32 || (bs > HAK_SLAB_SIZE / 2 && tail > HAK_SLAB_SIZE / 16))
         return 0;
+    if (tail && bs % HAK_PAGE_SIZE == 0) return 0;   /* whole pages: laid end to end, still checked inline */
     return (unsigned)(HAK_SLAB_SIZE / bs);
 }
 
@@ -277,11 +306,13 @@ void hak_ss_class_checks_init(void) {
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         uint32_t d = hak_class_size[c];
         unsigned per_slab = hak_ss_per_slab(d);
-        /* blocks up to a slab's size never cross a slab boundary: checked
-         * inline from the pointer's low 16 bits; larger ones from their
-         * run's start, in hak_free_miss */
+        /* blocks that stay inside a slab: checked inline from the
+         * pointer's low 16 bits; blocks of whole pages laid end to end
+         * too, as page starts (hak_size_page_starts); the others from
+         * their run's start, in hak_free_miss */
         hak_class_magic[c] = per_slab ? hak_class_check_make(d, per_slab)
-                                      : (struct hak_class_check){ 0, 0 };
+                             : hak_size_page_starts(d) ? hak_class_check_make(HAK_PAGE_SIZE, HAK_TAG_SLAB_PAGES)
+                                                       : (struct hak_class_check){ 0, 0 };
         unsigned run_slabs = hak_ss_run_slabs(c, HAK_RUN_LEVELS - 1);
         uint32_t run_blocks = per_slab ? per_slab * run_slabs
                                        : (uint32_t)(((size_t)run_slabs << HAK_SLAB_SHIFT) / d);

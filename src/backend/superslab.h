@@ -73,6 +73,9 @@ struct hak_superslab {
      * room_bucket is HAK_ROOM_NONE when it has no free slab */
     struct hak_superslab *room_next, *room_prev;
     uint8_t room_bucket;
+    /* its header slab's pages past HAK_SS_HEADER_END are unmapped
+     * (map_batch, under an address-space limit) */
+    uint8_t header_trimmed;
     /* slabs its owner is to purge with its next batch (backend/heap_runs.c) */
     uint32_t purge_pending;
     uint32_t free_mask;      /* bit i set: slab i free */
@@ -89,13 +92,19 @@ struct hak_superslab {
 
 #define HAK_SS_ALL_FREE 0xFFFFFFFEu   /* slab 0 is the header */
 
-/* The hollow-block bitmaps (backend/heap_hollow.c) live in the header
- * slab, from its second page on: 512 bytes a slab, a bit for each of the
- * at most 4,096 blocks a 64 KiB slab holds, so a run's bitmap is its
- * slabs' stretch of it. Pages of it are touched only by runs that have
- * hollow blocks, and every bit is clear again once a run has none. */
-#define HAK_HOLLOW_BITMAP_OFF HAK_PAGE_SIZE
-#define HAK_HOLLOW_SLAB_BYTES (HAK_SLAB_SIZE / 16 / 8)
+/* The hollow-block bitmaps (backend/heap_hollow.c) end the header's page:
+ * only runs of blocks of HAK_HOLLOW_MIN_BLOCK bytes and up are made
+ * hollow, so 16 bytes a slab, a bit for each of the at most 128 blocks a
+ * 64 KiB slab holds, and a run's bitmap is its slabs' stretch of it.
+ * Every bit is clear again once a run has no hollow block. */
+#define HAK_HOLLOW_MIN_BLOCK 512u
+#define HAK_HOLLOW_SLAB_BYTES (HAK_SLAB_SIZE / HAK_HOLLOW_MIN_BLOCK / 8)
+#define HAK_HOLLOW_BITMAP_OFF (HAK_PAGE_SIZE - HAK_SLABS_PER_SS * HAK_HOLLOW_SLAB_BYTES)
+/* The end of what the header slab holds: one page. Under an address-space
+ * limit the rest of the slab, 60 KiB a SuperSlab that no run can use, is
+ * unmapped when the SuperSlab is mapped: a SuperSlab then costs the limit
+ * 1,988 KiB, not 2,048. */
+#define HAK_SS_HEADER_END HAK_PAGE_SIZE
 /* A heap's SuperSlabs with free slabs are kept by their longest stretch
  * of free slabs, in power-of-two buckets: 1, 2-3, 4-7, 8-15, 16-31. */
 #define HAK_ROOM_BUCKETS 5u
@@ -189,16 +198,45 @@ HAK_INLINE char *hak_slab_block(const struct hak_slab *s, uint32_t k) {
  * page of the first uncarved block has no carved block start and stays
  * HAK_CLASS_INVALID, like every page after it. */
 HAK_INLINE unsigned hak_slab_tagged_pages(const struct hak_slab *s) {
-    if (s->carved >= s->capacity) return (unsigned)s->nslabs * HAK_TAG_SLAB_PAGES;
+    if (s->carved >= s->capacity) {
+        /* blocks laid end to end: not the pages past the last block's
+         * start, where the next multiple of the block size may lie in a
+         * run shorter than its class's longest (hak_class_run_check
+         * accepts as many blocks as that one holds) */
+        if (!s->per_slab)
+            return (unsigned)(((size_t)(s->capacity - 1) * s->block_size) >> HAK_TAG_GRANULE_SHIFT) + 1;
+        return (unsigned)s->nslabs * HAK_TAG_SLAB_PAGES;
+    }
     return (unsigned)((size_t)(hak_slab_block(s, s->carved) - hak_slab_start(s)) >> HAK_TAG_GRANULE_SHIFT);
 }
+/* 1 for a block size laid end to end over its run whose blocks all start
+ * on a page boundary (a multiple of the page up to a slab, which does not
+ * divide the slab): each page holds at most one block start, at its first
+ * byte. The window tags only the pages where a block starts
+ * (hak_slab_window_tag), so the inline check needs only "a page start":
+ * the class's check accepts every page start of a slab (the low 16 bits),
+ * and any other pointer into the run either fails it or lies in a page
+ * tagged HAK_CLASS_INVALID, and goes to the slow path. Laid so, 24 KiB
+ * blocks take their run's memory to within a 32nd where two to a slab
+ * left a quarter of it unused, and their frees stay on the hit path. */
+static inline int hak_size_page_starts(uint32_t bs) {
+    return bs % HAK_PAGE_SIZE == 0 && bs <= HAK_SLAB_SIZE && HAK_SLAB_SIZE % bs != 0;
+}
 /* The window tags of run s's pages [from, to) (from its start): the tag
- * hak_ss_tags gives the run. */
+ * hak_ss_tags gives the run; for a run of whole-page blocks laid end to
+ * end (hak_size_page_starts), only on the pages where one of its blocks
+ * starts, the others keeping HAK_CLASS_INVALID. */
 HAK_INLINE void hak_slab_window_tag(const struct hak_slab *s, unsigned from, unsigned to) {
     const struct hak_superslab *ss = hak_ss_of_slab(s);
     uint16_t tag = __atomic_load_n(&hak_ss_tags[hak_ss_entry_of(ss->index)][s->index], __ATOMIC_RELAXED);
     unsigned first = (unsigned)s->index * HAK_TAG_SLAB_PAGES;
-    hak_ss_window_store(ss, first + from, first + to, tag);
+    if (s->per_slab || !hak_size_page_starts(s->block_size)) {
+        hak_ss_window_store(ss, first + from, first + to, tag);
+        return;
+    }
+    unsigned step = s->block_size / HAK_PAGE_SIZE;
+    for (unsigned k = (from + step - 1) / step; k < s->capacity && k * step < to; k++)
+        hak_ss_window_store(ss, first + k * step, first + k * step + 1, tag);
 }
 /* Tags every slab of run s for its class, hollow (HAK_TAG_HOLLOW) or not,
  * and its carved pages in the window. */
@@ -241,13 +279,16 @@ void hak_ss_release(struct hak_superslab *ss);
  * memory unused (the unused bytes in the last block's page are resident:
  * 4,224 B, 15 a slab, 2,176 B in their last page, 3.4% of the memory of a
  * program made of such blocks) or, one block a slab, more than a 16th of
- * its address space (33,792 B: 48%). In slab layout the free hit path
- * checks a block start from the pointer alone; laid end to end, frees
- * take hak_free_miss's run check, about 26 instructions and a table read
- * more: laying the classes from 8 to 32 KiB that fit a slab badly (two
- * 24,576-byte blocks a slab, a quarter of it unused) so made mid_large_mt
- * take twice the time, so they keep slab layout, and the address space
- * they leave unused. */
+ * its address space (33,792 B: 48%), and for the classes of whole pages
+ * that do not divide a slab (12, 20, 24 and 28 KiB, and the eighths from
+ * 36 KiB up; hak_size_page_starts). In slab layout, and for those
+ * whole-page classes, the free hit path checks a block start from the
+ * pointer alone; the other classes laid end to end take hak_free_miss's
+ * run check, about 26 instructions, a table read and a mispredicted
+ * branch more: laying the classes from 8 to 32 KiB that fit a slab badly
+ * so (18,432 and 22,528 B, three and two a slab, 16-31% of it unused)
+ * made mid_large_mt take twice the time, so they keep slab layout, and
+ * the address space they leave unused. */
 unsigned hak_ss_per_slab(size_t bs);
 /* Slabs per run for a class: enough for 4 to 16 blocks, or, from
  * HAK_RUN_SMALL_FROM up, as few as fill whole slabs, or, for blocks laid

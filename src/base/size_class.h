@@ -84,13 +84,16 @@ HAK_DATA const uint32_t hak_class_size[HAK_NCLASS];
  * far above it. So the multiple of d just past the last block, which still
  * lies inside the slab or run when d does not divide its size, fails too.
  *
- * Blocks of classes up to 64 KiB never cross a slab boundary, so their
- * offset is the pointer's low 16 bits and count is the blocks per slab:
- * hak_class_magic[cls] (backend/chunk_map.h, beside the other tables the
- * free path reads). Larger classes and HAK_CLASS_INVALID have mul = limit
- * = 0 there, which always fails: their frees go to hak_free_miss, which
- * checks the offset from the run's start against hak_class_run_check
- * (backend/superslab.h). */
+ * Blocks of most classes up to 64 KiB never cross a slab boundary, so
+ * their offset is the pointer's low 16 bits and count is the blocks per
+ * slab: hak_class_magic[cls] (backend/chunk_map.h, beside the other tables
+ * the free path reads). Classes of whole pages laid end to end check "a
+ * page start" there (d = 4 KiB), their pages without a block start being
+ * tagged no class (backend/superslab.h, hak_size_page_starts). Other
+ * classes laid end to end, larger classes and HAK_CLASS_INVALID have mul
+ * = limit = 0 there, which always fails: their frees go to hak_free_miss,
+ * which checks the offset from the run's start against
+ * hak_class_run_check (backend/superslab.h). */
 struct hak_class_check {
     uint64_t mul;
     uint64_t limit;

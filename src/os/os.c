@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,13 +91,31 @@ void *hak_os_map_aligned(size_t size, size_t align) {
     size_t over = size + align;
     if (over < size) { errno = saved; return NULL; }
     char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) { errno = saved; return NULL; }
+    if (raw == MAP_FAILED) {
+        /* Under an address-space limit the slack may be what does not fit:
+         * the aligned place just below where the exact size went, which
+         * the kernel's top-down placement usually leaves free, needs none. */
+        char *below = (char *)((uintptr_t)p & ~(uintptr_t)(align - 1));
+        void *q = mmap(below, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (q != MAP_FAILED && q != below) munmap(q, size);   /* a kernel that took it for a hint */
+        errno = saved;
+        return q == below ? q : NULL;
+    }
     char *aligned = (char *)align_up((uintptr_t)raw, align);
     if (aligned > raw) munmap(raw, (size_t)(aligned - raw));
     size_t tail = (size_t)(raw + over - (aligned + size));
     if (tail) munmap(aligned + size, tail);
     errno = saved;
     return aligned;
+}
+
+size_t hak_os_address_space_limit(void) {
+    int saved = errno;
+    struct rlimit r;
+    int limited = getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < SIZE_MAX;
+    errno = saved;
+    return limited ? (size_t)r.rlim_cur : SIZE_MAX;
 }
 
 void *hak_os_next_map_hint(void) {

@@ -14,6 +14,9 @@
  * aligned to align (a power of two >= HAK_CHUNK_SIZE). NULL on failure. */
 void *hak_os_map_aligned(size_t size, size_t align);
 void  hak_os_unmap(void *p, size_t size);
+/* The address-space limit (RLIMIT_AS, ulimit -v) in bytes, SIZE_MAX when
+ * none: address space the process maps but never touches counts there. */
+size_t hak_os_address_space_limit(void);
 /* Gives the pages back to the OS; the range stays mapped and reads as zero. */
 void  hak_os_purge(void *p, size_t size);
 /* Moves or grows a mapping to a new aligned place without copying. */

@@ -264,6 +264,39 @@ slab_tail (enum call c, size_t size)
   A (free) (p);
 }
 
+/* The page just past the last block of p's run, for blocks of whole pages
+ * laid end to end (backend/superslab.h, hak_size_page_starts): 28 KiB
+ * blocks, nine in a run of four slabs, whose last page holds none. Its
+ * address is a multiple of the block size from the run's start, where a
+ * tenth block would start if it fitted, and a page start, which the hit
+ * path's check of such a class accepts: the page's tag must send it to
+ * the slow path. The run is the class's first, every block of it handed
+ * out (carved whole, its pages all tagged). */
+static void
+run_tail_page (enum call c, size_t size)
+{
+  enum { BLOCKS = 4 * 0x10000 / (28 * KiB) };
+  unsigned char *b[BLOCKS];
+  for (size_t k = 0; k < BLOCKS; k++)
+    {
+      if (!(b[k] = A (malloc) (size)))
+        fail ("malloc(%zu)", size);
+      if (b[k] != b[0] + k * size)
+        fail ("the %zu-byte blocks %p and %p are not laid end to end", size, (void *) b[0], (void *) b[k]);
+      fill (b[k], 64, 19);
+    }
+  if ((uintptr_t) b[0] & 0xFFFF)
+    fail ("the first %zu-byte block %p does not start a run", size, (void *) b[0]);
+  unsigned char *tail = b[0] + BLOCKS * size;
+  bad_call (c, tail, "interior pointer");
+  for (size_t k = 0; k < BLOCKS; k++)
+    if (!intact (b[k], 64, 19))
+      fail ("the %zu-byte block %p was changed by the bad call on %p", size, (void *) b[k], (void *) tail);
+  no_duplicates (size, tail, tail + 1);
+  for (size_t k = 0; k < BLOCKS; k++)
+    A (free) (b[k]);
+}
+
 /* A block start of p's run that the run has not carved yet (handed out to
  * nobody): `ahead` blocks past p, p being among the first blocks of its
  * class's fresh run. Its free was once taken, and the block handed out
@@ -396,6 +429,12 @@ run_slab_tail (enum call c, size_t size, size_t unused)
   slab_tail (c, size);
 }
 static void
+run_run_tail_page (enum call c, size_t size, size_t unused)
+{
+  (void) unused;
+  run_tail_page (c, size);
+}
+static void
 run_uncarved (enum call c, size_t size, size_t ahead)
 {
   uncarved (c, size, ahead);
@@ -442,8 +481,10 @@ static const struct tcase cases[] = {
   { "interior-mid+16", run_interior, 8 * KiB, 16 },
   { "interior-mid+8", run_interior, 8 * KiB, 8 },
   { "interior-large+4096", run_interior, MiB, 4096 },
+  { "interior-page+4096", run_interior, 24 * KiB, 4096 },
   { "slab-tail-tiny", run_slab_tail, 48, 0 },
-  { "slab-tail-mid", run_slab_tail, 24 * KiB, 0 },
+  { "slab-tail-mid", run_slab_tail, 18 * KiB, 0 },
+  { "run-tail-page", run_run_tail_page, 28 * KiB, 0 },
   { "uncarved-tiny", run_uncarved, 48, 120 },
   { "uncarved-mid", run_uncarved, 24 * KiB, 1 },
   { "uncarved-big", run_uncarved, 96 * KiB, 1 },
