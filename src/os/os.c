@@ -217,6 +217,13 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
     return dst;
 }
 
+int hak_os_move_pages(void *src, size_t size, void *dst) {
+    int saved = errno;
+    void *q = mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+    errno = saved;
+    return q == MAP_FAILED ? -1 : 0;
+}
+
 void hak_os_write_stderr(const char *buf, size_t n) {
     int saved = errno;
     ssize_t w = write(STDERR_FILENO, buf, n);
