@@ -177,6 +177,63 @@ static size_t fill_from_cache(struct hak_large *n, size_t from, size_t to) {
     return from;
 }
 
+/* With no span of about its size cached: the cached span at this
+ * alignment with the fewest written pages that still holds `reach` bytes
+ * of them, out of the cache, when it holds less than twice that (moving
+ * its rest out, carve_top, then moves fewer pages than moving the
+ * block's into a span of its own). */
+static struct hak_large *cache_take_covering(size_t reach, size_t align) {
+    struct hak_large **best = NULL;
+    size_t best_res = 0;
+    hak_spin_lock(&large.lock);
+    for (struct hak_large **pp = &large.cache; *pp; pp = &(*pp)->next) {
+        size_t r = resident_of(*pp);
+        if (r < reach || ((uintptr_t)*pp & (align - 1)) != 0) continue;
+        if (!best || r < best_res) {
+            best = pp;
+            best_res = r;
+        }
+    }
+    struct hak_large *h = best && best_res - reach < reach ? cache_unlink_locked(best) : NULL;
+    hak_spin_unlock(&large.lock);
+    return h;
+}
+
+/* Moves the written pages of span h (out of the cache) past `keep` (page
+ * aligned) to a new span, cached with h's age; h ends at keep. -1, h as
+ * it was, when the OS refuses. */
+static int carve_top(struct hak_large *h, size_t keep) {
+    size_t res = resident_of(h), len = res - keep, span = hak_align_up(len, HAK_CHUNK_SIZE);
+    struct hak_large *t = hak_large_map_span(span, len, HAK_CHUNK_SIZE);
+    if (!t) return -1;
+    size_t mapped = h->mapped;
+    h->mapped = keep;   /* before the pages go: past it, the chunk is anyone's */
+    if (hak_os_move_pages((char *)h + keep, len, t) != 0) {
+        h->mapped = mapped;
+        hak_os_unmap(t, t->mapped);
+        return -1;
+    }
+    if (mapped > res) hak_os_unmap((char *)h + res, mapped - res);
+    size_t hspan = hak_align_up(keep, HAK_CHUNK_SIZE);
+    if (hspan < h->span) {
+        hak_large_map_remove((char *)h + hspan, h->span - hspan);
+        h->span = hspan;
+    }
+    if (h->dirty > keep) h->dirty = keep;
+    hak_track_reuse(t, sizeof *t);   /* it lies in a freed block's pages */
+    t->magic = HAK_LARGE_MAGIC;
+    t->span = span;
+    t->mapped = len;
+    t->user = NULL;
+    t->usable = 0;
+    t->dirty = len;
+    t->freed_ms = h->freed_ms;
+    hak_large_map_add(t, span);
+    hak_large_count(splits, 1);
+    cache_put(t);
+    return 0;
+}
+
 static size_t cached_release(void);
 
 static void *cached_alloc(size_t size, size_t align, size_t *stale) {
@@ -189,6 +246,8 @@ static void *cached_alloc(size_t size, size_t align, size_t *stale) {
      * `align` of an align-aligned span */
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     struct hak_large *h = cache_take(reach, map_align);
+    if (!h && (h = cache_take_covering(reach, map_align)) != NULL)
+        carve_top(h, hak_align_up(reach, hak_os_page_size()));   /* refused: taken whole */
     if (h) {
         span = h->span;
     } else {
