@@ -12,6 +12,20 @@
 
 #include <errno.h>
 
+/* Moving pages between spans (fill_from_cache, carve_top) stops while the
+ * process has more than HAK_LARGE_MAX_MAPS mappings (VMAs), counted once
+ * every HAK_LARGE_MAPS_EVERY moves: the kernel merges no two mappings
+ * whose pages came from different ones, so a block pieced together from
+ * several spans is several mappings, and spans pieced together, cut and
+ * pieced again split the address space into more and more of them
+ * (large_churn: 494 after 500 steps, 1,906 after 5,000, 2,723 after
+ * 20,000), towards the kernel's limit (vm.max_map_count, 65,530 by
+ * default), where every mmap fails. A quarter of that default leaves the
+ * program most of it; the pages are faulted in instead meanwhile, and
+ * the pieced spans go as the cache unmaps them. */
+#define HAK_LARGE_MAX_MAPS 16384
+#define HAK_LARGE_MAPS_EVERY 256u
+
 static struct {
     hak_spinlock_t lock;
     struct hak_large *cache;    /* most recently freed first */
@@ -20,6 +34,8 @@ static struct {
      * cache_limit. */
     size_t peak;
     uint32_t peak_ms;
+    unsigned moves;     /* moves asked for: HAK_LARGE_MAPS_EVERY */
+    int moves_off;      /* too many mappings to make more */
 } large = { .lock = HAK_SPINLOCK_INIT_KIND(HAK_LOCK_LARGE) };
 
 /* Gives back the written pages of span h from byte `from` of it on (never
@@ -75,7 +91,6 @@ static struct hak_large *cache_take(size_t reach, size_t align) {
 }
 
 static void cache_put(struct hak_large *h);
-static void note_peak(size_t coming);
 
 /* Cuts live span h down to `span` bytes (it has more mapped); the rest
  * becomes a span of its own, cached, with h's age and its share of the
@@ -104,6 +119,18 @@ static size_t resident_of(const struct hak_large *h) {
     return d < h->mapped ? d : h->mapped;
 }
 
+/* Whether pages may move between spans now (HAK_LARGE_MAX_MAPS); counts
+ * the mappings on the first call and every HAK_LARGE_MAPS_EVERY after.
+ * Not knowing the count, it stops them. */
+static int moves_allowed(void) {
+    unsigned k = __atomic_fetch_add(&large.moves, 1, __ATOMIC_RELAXED);
+    if (k % HAK_LARGE_MAPS_EVERY == 0) {
+        long maps = hak_os_count_maps();
+        __atomic_store_n(&large.moves_off, maps < 0 || maps > HAK_LARGE_MAX_MAPS, __ATOMIC_RELAXED);
+    }
+    return !__atomic_load_n(&large.moves_off, __ATOMIC_RELAXED);
+}
+
 /* Moves written pages of cached spans onto bytes [from, to) of span n
  * (out of the cache, mapped there, page aligned), so that a block
  * reaching there finds them resident instead of faulting in zero pages
@@ -115,6 +142,7 @@ static size_t resident_of(const struct hak_large *h) {
  * as many written ones: large_churn (docs/PERFORMANCE.md, "The large
  * path") faulted 409k pages for 886 calls. */
 static size_t fill_from_cache(struct hak_large *n, size_t from, size_t to) {
+    if (!moves_allowed()) return from;
     size_t pg = hak_os_page_size(), start = from;
     int filled = 0;
     from = hak_align_up(from > pg ? from : pg, pg);
@@ -203,6 +231,7 @@ static struct hak_large *cache_take_covering(size_t reach, size_t align) {
  * aligned) to a new span, cached with h's age; h ends at keep. -1, h as
  * it was, when the OS refuses. */
 static int carve_top(struct hak_large *h, size_t keep) {
+    if (!moves_allowed()) return -1;
     size_t res = resident_of(h), len = res - keep, span = hak_align_up(len, HAK_CHUNK_SIZE);
     struct hak_large *t = hak_large_map_span(span, len, HAK_CHUNK_SIZE);
     if (!t) return -1;
@@ -320,7 +349,6 @@ static size_t cache_limit(void) {
  * mapped but never written tail (a block cut short of its span, a span
  * grown to whole chunks) would otherwise push out. */
 static void cache_put(struct hak_large *h) {
-    note_peak(h->mapped);
     size_t res = resident_of(h), pg = hak_os_page_size();
     if (res < pg) res = pg;
     if (res < h->mapped) {
@@ -369,16 +397,21 @@ static uint32_t idle_wait(uint32_t period) {
     return period < UINT32_MAX / HAK_LARGE_IDLE_PERIODS ? period * HAK_LARGE_IDLE_PERIODS : UINT32_MAX;
 }
 
-/* As a span of `coming` bytes enters the cache (out of the bytes in use
- * already): the footprint (bytes of large blocks in use and of cached
- * spans) becomes the peak when it reaches it; a peak
- * HAK_LARGE_IDLE_PERIODS decay periods old comes halfway down to the
- * bytes in use, and the cache with it (the clock off: it stays). Racing
- * frees may lose an update: the bound is a heuristic. */
-static void note_peak(size_t coming) {
+/* Before bytes of blocks in use go to the cache: the footprint (bytes of
+ * blocks in use and of cached spans) becomes the peak when it reaches
+ * it, as long as new blocks take the cached pages (fill_from_cache) and
+ * the footprint therefore grows only by what the blocks in use need;
+ * while pages may not move, the cache would not shrink the footprint,
+ * and only the bytes in use count. A peak HAK_LARGE_IDLE_PERIODS decay
+ * periods old comes halfway down to the bytes in use, and the cache's
+ * bound with it (the clock off: it stays). Racing frees may lose an
+ * update: the bound is a heuristic. */
+static void note_peak(void) {
     uint32_t now = hak_os_clock_ms(), period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     size_t live = __atomic_load_n(&hak_large_st.live_bytes, __ATOMIC_RELAXED);
-    size_t foot = live + coming + __atomic_load_n(&large.cached_bytes, __ATOMIC_RELAXED);
+    size_t foot = live;
+    if (!__atomic_load_n(&large.moves_off, __ATOMIC_RELAXED))
+        foot += __atomic_load_n(&large.cached_bytes, __ATOMIC_RELAXED);
     size_t peak = __atomic_load_n(&large.peak, __ATOMIC_RELAXED);
     uint32_t age = now - __atomic_load_n(&large.peak_ms, __ATOMIC_RELAXED);
     if (foot >= peak) peak = foot;
@@ -391,6 +424,7 @@ static void note_peak(size_t coming) {
 static void cached_free(struct hak_large *h) {
     uint32_t now = hak_os_clock_ms();
     uint32_t period = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
+    note_peak();
     hak_large_uncount(live_bytes, h->mapped);
     hak_large_uncount(live_spans, 1);
     h->freed_ms = now;
@@ -446,6 +480,7 @@ static void *cached_realloc(struct hak_large *h, size_t size) {
             size_t old = h->mapped;
             if (old > span && h->dirty > span + hak_os_page_size()) {
                 h->freed_ms = hak_os_clock_ms();   /* the tail's age */
+                note_peak();
                 hak_large_uncount(live_bytes, old - span);   /* before it is cached */
                 split_off(h, span);
                 old = span;

@@ -224,6 +224,26 @@ int hak_os_move_pages(void *src, size_t size, void *dst) {
     return q == MAP_FAILED ? -1 : 0;
 }
 
+long hak_os_count_maps(void) {
+    int saved = errno;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    long lines = -1;
+    if (fd >= 0) {
+        char buf[4096];
+        lines = 0;
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) { lines = -1; break; }
+            if (n == 0) break;
+            for (ssize_t i = 0; i < n; i++) lines += buf[i] == '\n';
+        }
+        close(fd);
+    }
+    errno = saved;
+    return lines;
+}
+
 void hak_os_write_stderr(const char *buf, size_t n) {
     int saved = errno;
     ssize_t w = write(STDERR_FILENO, buf, n);

@@ -22,6 +22,9 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
  * the caller), without copying, replacing what was there; src is then
  * unmapped. 0, or -1 with nothing moved. */
 int   hak_os_move_pages(void *src, size_t size, void *dst);
+/* How many mappings (VMAs) the process has (lines of /proc/self/maps),
+ * or -1 when that cannot be read. Reads the whole file: call rarely. */
+long  hak_os_count_maps(void);
 /* Where the kernel would place the next mapping (a probe mapped and
  * unmapped at once); NULL if it refused. Asked once, at init. */
 void *hak_os_next_map_hint(void);
