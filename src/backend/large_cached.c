@@ -231,8 +231,9 @@ static struct hak_large *cache_take_covering(size_t reach, size_t align) {
  * aligned) to a new span, cached with h's age; h ends at keep. -1, h as
  * it was, when the OS refuses. */
 static int carve_top(struct hak_large *h, size_t keep) {
-    if (!moves_allowed()) return -1;
     size_t res = resident_of(h), len = res - keep, span = hak_align_up(len, HAK_CHUNK_SIZE);
+    if (!len) return 0;
+    if (!moves_allowed()) return -1;
     struct hak_large *t = hak_large_map_span(span, len, HAK_CHUNK_SIZE);
     if (!t) return -1;
     size_t mapped = h->mapped;
