@@ -151,6 +151,8 @@ struct hak_stats {
     uint64_t ss_decayed;        /* purges of whole ready SuperSlabs by the clock */
 
     /* the large path (blocks above 256 KiB, each its own span) */
+    /* large_splits: cached spans cut; large_grown: blocks given pages of
+     * cached spans (moved by mremap) */
     uint64_t large_mapped, large_unmapped, large_cache_hits, large_splits, large_grown;
     uint64_t large_remaps, large_purges, large_live_bytes, large_live_spans, large_cached_bytes;
 

@@ -191,7 +191,7 @@ static void print_stats(int fd) {
             (unsigned long long)s->hollowed_runs, (unsigned long long)s->hollow_calls,
             (unsigned long long)s->hollowed_blocks);
     say(fd, "hakmem: large: mapped %llu unmapped %llu cache hits %llu (cut from a larger span %llu, "
-            "a smaller one grown %llu) remaps %llu; purge calls %llu; live %llu KiB, cached %llu KiB\n",
+            "given pages of cached spans %llu) remaps %llu; purge calls %llu; live %llu KiB, cached %llu KiB\n",
             (unsigned long long)s->large_mapped, (unsigned long long)s->large_unmapped,
             (unsigned long long)s->large_cache_hits, (unsigned long long)s->large_splits,
             (unsigned long long)s->large_grown, (unsigned long long)s->large_remaps,

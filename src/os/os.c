@@ -249,6 +249,33 @@ void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
     return dst;
 }
 
+int hak_os_move_pages(void *src, size_t size, void *dst) {
+    int saved = errno;
+    void *q = mremap(src, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+    errno = saved;
+    return q == MAP_FAILED ? -1 : 0;
+}
+
+long hak_os_count_maps(void) {
+    int saved = errno;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    long lines = -1;
+    if (fd >= 0) {
+        char buf[4096];
+        lines = 0;
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) { lines = -1; break; }
+            if (n == 0) break;
+            for (ssize_t i = 0; i < n; i++) lines += buf[i] == '\n';
+        }
+        close(fd);
+    }
+    errno = saved;
+    return lines;
+}
+
 void hak_os_write_stderr(const char *buf, size_t n) {
     int saved = errno;
     ssize_t w = write(STDERR_FILENO, buf, n);

@@ -21,6 +21,13 @@ size_t hak_os_address_space_limit(void);
 void  hak_os_purge(void *p, size_t size);
 /* Moves or grows a mapping to a new aligned place without copying. */
 void *hak_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* Moves the pages of [src, src + size) onto dst (page aligned, mapped by
+ * the caller), without copying, replacing what was there; src is then
+ * unmapped. 0, or -1 with nothing moved. */
+int   hak_os_move_pages(void *src, size_t size, void *dst);
+/* How many mappings (VMAs) the process has (lines of /proc/self/maps),
+ * or -1 when that cannot be read. Reads the whole file: call rarely. */
+long  hak_os_count_maps(void);
 /* Where the kernel would place the next mapping (a probe mapped and
  * unmapped at once); NULL if it refused. Asked once, at init. */
 void *hak_os_next_map_hint(void);
