@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 
 #define PAGE ((size_t) sysconf (_SC_PAGESIZE))
 
@@ -689,6 +690,20 @@ faults_measurable (void)
   return TRUE;
 }
 
+/* Whether mremap moves a range that spans several mappings (Linux 6.17
+ * and later): a span pieced together by earlier moves is one such range,
+ * and on an older kernel the cache cannot move it and a new block faults
+ * its pages in (the allocator's answer there, not a bug). */
+static gboolean
+kernel_moves_many_mappings (void)
+{
+  struct utsname u;
+  unsigned major = 0, minor = 0;
+  if (uname (&u) != 0 || sscanf (u.release, "%u.%u", &major, &minor) != 2)
+    return FALSE;
+  return major > 6 || (major == 6 && minor >= 17);
+}
+
 /* Two freed 8 MiB blocks, all written, then a 16 MiB block that neither
  * fits: their pages move into it (mremap), so it reads as zeros from
  * calloc and faults in almost none of its 4,096 pages (all of them when
@@ -753,7 +768,14 @@ test_shrunk_tail_reused (void)
 static void
 test_churn_faults_bounded_by_peak (void)
 {
-  if (!faults_measurable () || !ht_in_process_with_decay ("0"))
+  if (!faults_measurable ())
+    return;
+  if (!kernel_moves_many_mappings ())
+    {
+      g_test_skip ("mremap moves a range over several mappings from Linux 6.17 on");
+      return;
+    }
+  if (!ht_in_process_with_decay ("0"))
     return;
   enum { SLOTS = 8, STEPS = 300 };
   unsigned char *slot[SLOTS];

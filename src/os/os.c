@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -256,21 +257,24 @@ int hak_os_move_pages(void *src, size_t size, void *dst) {
     return q == MAP_FAILED ? -1 : 0;
 }
 
+/* Called from malloc: by syscall(2), since libc's open and read are
+ * cancellation points, and a thread cancelled inside malloc would leave
+ * the allocator in the middle of a change. */
 long hak_os_count_maps(void) {
     int saved = errno;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
     long lines = -1;
     if (fd >= 0) {
         char buf[4096];
         lines = 0;
         for (;;) {
-            ssize_t n = read(fd, buf, sizeof buf);
+            ssize_t n = syscall(SYS_read, fd, buf, sizeof buf);
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) { lines = -1; break; }
             if (n == 0) break;
             for (ssize_t i = 0; i < n; i++) lines += buf[i] == '\n';
         }
-        close(fd);
+        syscall(SYS_close, fd);
     }
     errno = saved;
     return lines;
