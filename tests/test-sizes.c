@@ -273,11 +273,14 @@ test_badly_fitting_class_end_to_end (void)
             g_hash_table_add (slabs, GSIZE_TO_POINTER (a));
         }
       size_t covered = g_hash_table_size (slabs), need = (N * us + 65535) / 65536;
+      /* the hardened box hands a run's blocks out in random order, from
+       * more than one run at a time: a few slabs more are partly used */
+      size_t most = need + need / 16 + (ht_safety_hardened () ? 4 : 2);
       g_test_message ("%d blocks of %zu B (%zu usable) cover %zu slabs; they fill %zu",
                       (int) N, sizes[i], us, covered, need);
-      if (covered > need + need / 16 + 2)
+      if (covered > most)
         g_error ("%d blocks of %zu B cover %zu slabs of 64 KiB, expected at most %zu",
-                 (int) N, sizes[i], covered, need + need / 16 + 2);
+                 (int) N, sizes[i], covered, most);
       for (size_t k = 0; k < N; k++)
         T (free) (b[k]);
       g_hash_table_destroy (slabs);
