@@ -25,6 +25,14 @@
  * the pieced spans go as the cache unmaps them. */
 #define HAK_LARGE_MAX_MAPS 16384
 #define HAK_LARGE_MAPS_EVERY 256u
+/* Pages move only a chunk (2 MiB) or more at a time. A move takes the
+ * process's mmap lock for writing and shoots down the TLB entries of
+ * every CPU running one of its threads: with threads that fault and map
+ * meanwhile it costs more than faulting in a few hundred KiB (oversub_8,
+ * blocks of 16 B-1 MiB over 8 threads, ran 2-4 times slower moving its
+ * cut-off pieces), while the blocks of MiBs that large_churn replaces
+ * keep the gain. */
+#define HAK_LARGE_MOVE_MIN HAK_CHUNK_SIZE
 
 static struct {
     hak_spinlock_t lock;
@@ -142,7 +150,7 @@ static int moves_allowed(void) {
  * as many written ones: large_churn (docs/PERFORMANCE.md, "The large
  * path") faulted 409k pages for 886 calls. */
 static size_t fill_from_cache(struct hak_large *n, size_t from, size_t to) {
-    if (!moves_allowed()) return from;
+    if (to < from + HAK_LARGE_MOVE_MIN || !moves_allowed()) return from;
     size_t pg = hak_os_page_size(), start = from;
     int filled = 0;
     from = hak_align_up(from > pg ? from : pg, pg);
@@ -233,7 +241,7 @@ static struct hak_large *cache_take_covering(size_t reach, size_t align) {
 static int carve_top(struct hak_large *h, size_t keep) {
     size_t res = resident_of(h), len = res - keep, span = hak_align_up(len, HAK_CHUNK_SIZE);
     if (!len) return 0;
-    if (!moves_allowed()) return -1;
+    if (len < HAK_LARGE_MOVE_MIN || !moves_allowed()) return -1;
     struct hak_large *t = hak_large_map_span(span, len, HAK_CHUNK_SIZE);
     if (!t) return -1;
     size_t mapped = h->mapped;
