@@ -106,6 +106,7 @@ static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size,
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
+    hak_fork_check_thread();
     if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, 0);
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
     return alloc_large(size, 0);
@@ -206,6 +207,7 @@ static void release_large(const char *op, void *p, struct hak_large *h) {
 
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
+    hak_fork_check_thread();
     const struct hak_hardened_ops *hd = hak_safety->hardened;
     if (HAK_UNLIKELY(hd != NULL) && hd->free_fast(p)) return;
     struct hak_ptr_info info;
@@ -405,6 +407,7 @@ HAK_EXPORT void *hak_calloc(size_t n, size_t size) {
 static void *alloc_aligned_untracked(size_t align, size_t size) {
     if (align <= HAK_ALIGNMENT) return hak_alloc_inline(size);
     hak_init();
+    hak_fork_check_thread();
     if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, align);
     if (size <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         unsigned cls = hak_aligned_class(size, align);
@@ -477,6 +480,7 @@ static int freed_block(void *p, enum hak_ptr_kind k, const struct hak_ptr_info *
 
 HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     if (!p) return 0;
+    hak_fork_check_thread();   /* a large block's header is read counted */
     struct hak_ptr_info info;
     enum hak_ptr_kind k = hak_safety->classify(p, &info);
     if (freed_block(p, k, &info)) return 0;
@@ -567,6 +571,7 @@ static void *realloc_small(void *p, unsigned cls, size_t size) {
 
 HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     if (!p) return hak_malloc(size);
+    hak_fork_check_thread();
     if (size == 0) {                 /* glibc: frees and returns NULL */
         hak_free_inline(p);
         return NULL;
@@ -631,6 +636,7 @@ static int small_size_fits(size_t size, size_t usable) {
 
 static HAK_NOINLINE void free_sized_slow(const char *op, void *p, int aligned, size_t align, size_t size) {
     if (!p) return;
+    hak_fork_check_thread();
     struct hak_ptr_info info;
     enum hak_ptr_kind k = checked_classify(op, p, &info);
     size_t usable;
@@ -680,6 +686,7 @@ HAK_EXPORT void hak_free_aligned_sized(void *p, size_t align, size_t size) {
 HAK_EXPORT int hak_owns(const void *p) {
     struct hak_ptr_info info;
     if (!p) return 0;
+    hak_fork_check_thread();
     enum hak_ptr_kind k = hak_classify_in_chunk(p, hak_chunk_entry(p), 1, &info);
     return k == HAK_PTR_SMALL || k == HAK_PTR_LARGE;
 }

@@ -89,9 +89,22 @@ HAK_COLD void hak_fork_arm(void) {
 }
 
 HAK_COLD void hak_fork_thread_setup(void) {
+    if (registering || atomic_load_explicit(&hak_fork_armed, memory_order_acquire)) return;
+#if HAKMEM_INTERPOSE
+    /* the calloc of pthread_create armed it already; the first thread set
+     * up is the one that started the process */
     static atomic_uint setups;
-    if (atomic_fetch_add_explicit(&setups, 1, memory_order_relaxed) == 0 || registering) return;
-    if (!atomic_load_explicit(&hak_fork_armed, memory_order_acquire)) register_handlers();
+    if (atomic_fetch_add_explicit(&setups, 1, memory_order_relaxed) == 0) return;
+#else
+    /* called as hak_*, hakmem is not the calloc of pthread_create, and the
+     * first thread it sees may be any: only the process's first one is
+     * sure to have been alone (asked once a thread: a system call) */
+    static __thread char checked __attribute__((tls_model("initial-exec")));
+    if (checked) return;
+    checked = 1;
+    if (hak_os_is_initial_thread()) return;
+#endif
+    register_handlers();
 }
 
 int hak_fork_handlers_state(void) {

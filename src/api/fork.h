@@ -37,6 +37,17 @@ void hak_fork_arm(void);
 /* The second thread hakmem sets up registers them if calloc did not
  * (a thread set-up holds no lock). */
 void hak_fork_thread_setup(void);
+/* Called as hak_* (-Dinterpose=false), hakmem is not the calloc of
+ * pthread_create, and a thread may take its locks with no thread set-up
+ * (the large path): its slow paths check, holding no lock, once a thread. */
+#if HAKMEM_INTERPOSE
+#define hak_fork_check_thread() ((void)0)
+#else
+#define hak_fork_check_thread()                                                              \
+    do {                                                                                     \
+        if (!atomic_load_explicit(&hak_fork_armed, memory_order_relaxed)) hak_fork_thread_setup(); \
+    } while (0)
+#endif
 /* calloc's check: a load and a branch once armed. */
 static inline void hak_fork_check(void) {
     if (HAK_UNLIKELY(!atomic_load_explicit(&hak_fork_armed, memory_order_relaxed))) hak_fork_arm();

@@ -318,6 +318,10 @@ int hak_os_getpid(void) {
     return (int)getpid();
 }
 
+int hak_os_is_initial_thread(void) {
+    return syscall(SYS_gettid) == (long)getpid();
+}
+
 int hak_os_read_checked(const void *addr, void *out, size_t n) {
     struct iovec local = { out, n }, remote = { (void *)addr, n };
     int saved = errno;

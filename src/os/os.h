@@ -82,6 +82,8 @@ void hak_os_write_fd(int fd, const char *buf, size_t n);
 int hak_os_report_fd(const char *path);
 void hak_os_close(int fd);
 int hak_os_getpid(void);
+/* 1 on the process's first thread (its thread id is the process id). */
+int hak_os_is_initial_thread(void);
 /* Copies n bytes from addr of this process into out, or returns 0 when any
  * of them is unmapped or unreadable (the kernel copies: no fault). */
 int hak_os_read_checked(const void *addr, void *out, size_t n);
