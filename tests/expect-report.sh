@@ -1,5 +1,5 @@
 # Sourced by tests/badfree/check.sh and tests/heapbugs/check.sh: the check
-# of a bad call hakmem must report.
+# of a bad call hakmem must report, and the line each case prints.
 #
 # expect_report MODE: with the program's exit status in $rc, its stdout in
 # $tmp/out and the "call:"/"expect:" lines it printed in $call and
@@ -30,4 +30,17 @@ expect_report() {
     *"$reason"*) ;;
     *) problem="${problem:+$problem; }the line does not say '$reason'" ;;
     esac
+}
+
+# print_verdict: one "ok"/"FAIL" line for $case under $box and $mode, with
+# the program's output when $problem says what went wrong; sets failed=1 then.
+print_verdict() {
+    if [ -n "$problem" ]; then
+        failed=1
+        echo "FAIL $case safety=$box on_error=$mode: $problem"
+        sed 's/^/    stdout: /' "$tmp/out"
+        sed 's/^/    stderr: /' "$tmp/err" | head -n 5
+    else
+        echo "ok   $case safety=$box on_error=$mode"
+    fi
 }

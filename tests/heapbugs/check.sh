@@ -57,13 +57,6 @@ for mode in abort warn; do
         esac
     fi
 
-    if [ -n "$problem" ]; then
-        failed=1
-        echo "FAIL $case safety=$box on_error=$mode: $problem"
-        sed 's/^/    stdout: /' "$tmp/out"
-        sed 's/^/    stderr: /' "$tmp/err" | head -n 5
-    else
-        echo "ok   $case safety=$box on_error=$mode"
-    fi
+    print_verdict
 done
 exit $failed
