@@ -55,6 +55,12 @@ static inline unsigned hak_heap_recent_high(const struct hak_heap *h) {
 static inline int hak_heap_within_recent_high(const struct hak_heap *h) {
     return hak_heap_slabs_in_runs(h) + h->dirty_free <= hak_heap_recent_high(h);
 }
+/* Free slabs h's recent high covers beyond its runs in use: the most its
+ * next crest may take again without a page fault. */
+static inline unsigned hak_heap_room_under_high(const struct hak_heap *h) {
+    unsigned used = hak_heap_slabs_in_runs(h), high = hak_heap_recent_high(h);
+    return high > used ? high - used : 0;
+}
 
 /* heap_create.c */
 struct hak_heap *hak_heap_new(void);   /* a new heap, in the registry (NULL: no memory) */
