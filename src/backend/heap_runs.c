@@ -233,7 +233,8 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
  * the free slabs beyond those the heap's recent high covers (heap_decay.c):
  * a heap that drops most of a crest it will build again (big_heap frees
  * 1 GiB and allocates it again) keeps them for that crest, which reuses
- * them without a page fault (567,000 faults -> 301,000), and the clock
+ * them without a page fault (purged, they made big_heap 567,000 faults
+ * where kept they make 301,000), and the clock
  * gives them back once the heap stays small. A drop the high does not
  * cover (a heap a new thread adopted, or one whose clock has not ticked
  * yet) still goes back at once. HAKMEM_DECAY_MS=0 turns this off with
