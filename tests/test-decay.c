@@ -110,7 +110,8 @@ test_decay_off_keeps_cache (void)
     g_error ("only %zu of %zu freed pages resident with HAKMEM_DECAY_MS=0", resident, total);
 }
 
-/* A heap that frees most of its memory at once gives the free slabs
+/* A heap that frees most of its memory at once, beyond what its recent
+ * high covers (its clock has not ticked yet: no high), gives the free slabs
  * beyond a bound (32 MiB) back as their runs empty (in batches of at most
  * 8 MiB, backend/heap_runs.c), with no further
  * malloc and before any clock could: the clock only looks on misses, and
@@ -407,6 +408,69 @@ test_shrunk_heap_returns_slabs (void)
     g_error ("%zu of %zu pages freed 10 s ago are still resident", resident, total);
 }
 
+/* A heap that frees most of a large crest (96 MiB, three times the bound
+ * past which a drop goes back at once) keeps it for its next crest, which
+ * takes the same pages again without a fault: its recent high covers it
+ * (big_heap freed 1 GiB and faulted it all in again). Once the heap stays
+ * small, the clock gives it back. One block in ten stays live. */
+static void
+test_large_swing_kept_then_returned (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (!ht_partial_purge_or_skip (PARTIAL_SKIP))
+    return;
+  if (!ht_in_process_with_decay ("5"))
+    return;
+  ht_keep_allocating ();
+  void *live[DROP_BLOCKS / 10 + 1];
+  size_t nlive = 0, total, resident;
+  for (int crest = 0; crest < 2; crest++)
+    {
+      for (size_t i = 0; i < DROP_BLOCKS; i++)
+        g_assert_nonnull (drop[i] = T (malloc) (DROP_BLOCK));
+      if (crest == 1)
+        {
+          /* before anything is written: the pages freed at the trough */
+          resident = resident_of (drop, DROP_BLOCKS, DROP_BLOCK, &total);
+          g_test_message ("second crest: %zu of %zu pages resident before written", resident, total);
+          if (resident < total * 3 / 4)
+            g_error ("%zu of the %zu pages of the second crest were resident before it wrote them",
+                     resident, total);
+        }
+      for (size_t i = 0; i < DROP_BLOCKS; i++)
+        memset (drop[i], 0x5A, DROP_BLOCK);
+      tick_for (4, 5);   /* the crest, sampled by the clock */
+      for (size_t i = 0; i < DROP_BLOCKS; i++)
+        if (i % 10 != 0)
+          T (free) (drop[i]);
+        else
+          {
+            live[nlive++] = drop[i];
+            drop[i] = NULL;
+          }
+      resident = resident_of (drop, DROP_BLOCKS, DROP_BLOCK, &total);
+      g_test_message ("trough %d: %zu of %zu freed pages resident", crest, resident, total);
+      if (resident < total * 3 / 4)
+        g_error ("trough %d: %zu of the %zu pages freed were given back at once", crest,
+                 total - resident, total);
+      if (crest == 0)
+        {
+          free_all (live, nlive);   /* the second crest takes their places as well */
+          nlive = 0;
+        }
+    }
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  while (resident > total / 8 && g_get_monotonic_time () < deadline)
+    {
+      tick_for (1, 5);
+      resident = resident_of (drop, DROP_BLOCKS, DROP_BLOCK, &total);
+    }
+  free_all (live, nlive);
+  if (resident > total / 8)
+    g_error ("%zu of %zu pages of a large crest freed 10 s ago are still resident", resident, total);
+}
+
 /* A thread that starts adopts an exited thread's heap without its high:
  * the slabs the exited thread had in runs at its crest go back once the
  * adopter has left them idle for a period or two, not two epochs later
@@ -570,6 +634,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
+  g_test_add_func ("/decay/large-swing-kept-then-returned", test_large_swing_kept_then_returned);
   g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);
   g_test_add_func ("/decay/rarely-missing-heap-forgets-high", test_rarely_missing_heap_forgets_high);
   g_test_add_func ("/decay/woken-heap-forgets-high", test_woken_heap_forgets_high);

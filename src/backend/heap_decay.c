@@ -39,7 +39,8 @@ static unsigned heap_purge_idle(struct hak_heap *h, uint32_t now, uint32_t perio
  * time, not ticks, since a heap ticks only on its misses: one that missed
  * once a second kept its crest's slabs for two minutes). Once the heap
  * stays smaller for two epochs, the high falls to its new size and the rest
- * goes back; a large drop goes back at once (HAK_DIRTY_FREE_MAX, heap_runs.c).
+ * goes back; a large drop beyond the high goes back at once
+ * (HAK_DIRTY_FREE_MAX, heap_runs.c).
  * Two epochs, not a shorter one, so that the high of a heap whose swings
  * settle does not fall step by step, a purge at each step
  * (docs/PERFORMANCE.md, "Giving memory back"). A heap a new thread adopts

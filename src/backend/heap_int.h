@@ -55,6 +55,12 @@ static inline unsigned hak_heap_recent_high(const struct hak_heap *h) {
 static inline int hak_heap_within_recent_high(const struct hak_heap *h) {
     return hak_heap_slabs_in_runs(h) + h->dirty_free <= hak_heap_recent_high(h);
 }
+/* Free slabs h's recent high covers beyond its runs in use: the most its
+ * next crest may take again without a page fault. */
+static inline unsigned hak_heap_room_under_high(const struct hak_heap *h) {
+    unsigned used = hak_heap_slabs_in_runs(h), high = hak_heap_recent_high(h);
+    return high > used ? high - used : 0;
+}
 
 /* heap_create.c */
 struct hak_heap *hak_heap_new(void);   /* a new heap, in the registry (NULL: no memory) */
@@ -150,8 +156,9 @@ static inline void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab 
 }
 /* s leaves the queue (a block was taken from it, or it left the partial list). */
 void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s);
-/* On a refill: the whole queue, after a large drop. */
-void hak_heap_hollow_batch(struct hak_heap *h);
+/* A new run of `bytes` (pages to fault in) after a large drop: queued
+ * runs, oldest first, with about as many free bytes. */
+void hak_heap_hollow_for_growth(struct hak_heap *h, size_t bytes);
 /* malloc_trim: the whole queue now (nothing with the clock off); returns
  * how many runs went hollow. */
 unsigned hak_heap_hollow_all(struct hak_heap *h);

@@ -228,7 +228,6 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     hak_heap_decay(h);
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed))
         hak_heap_drain_inbox(h, 0);
-    hak_heap_hollow_batch(h);
     unsigned got;
     for (;;) {
         if ((got = take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
@@ -261,6 +260,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             }
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
+            hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
         }
         unsigned cap = carve_cap(h, s, cls);
         uint32_t was = s->carved;

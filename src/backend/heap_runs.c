@@ -229,8 +229,16 @@ static struct hak_superslab *room_find(struct hak_heap *h, unsigned n, unsigned 
  * fragment's final RSS 183 MiB. The bound is large because a heap whose
  * live size swings (realloc_grow) frees and reuses many slabs: a 4 MiB
  * bound made it 554 madvise calls instead of 17 (16 MiB: 280; 32 MiB:
- * 35), while new runs go to dirty slabs first. HAKMEM_DECAY_MS=0 turns
- * this off with the clock. */
+ * 35), while new runs go to dirty slabs first. The bound counts only
+ * the free slabs beyond those the heap's recent high covers (heap_decay.c):
+ * a heap that drops most of a crest it will build again (big_heap frees
+ * 1 GiB and allocates it again) keeps them for that crest, which reuses
+ * them without a page fault (purged, they made big_heap 567,000 faults
+ * where kept they make 301,000), and the clock
+ * gives them back once the heap stays small. A drop the high does not
+ * cover (a heap a new thread adopted, or one whose clock has not ticked
+ * yet) still goes back at once. HAKMEM_DECAY_MS=0 turns this off with
+ * the clock. */
 #define HAK_DIRTY_FREE_MAX (512u)   /* slabs: 32 MiB */
 
 void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct hak_slab *s, int keep_last) {
@@ -249,7 +257,7 @@ void hak_heap_run_release(struct hak_heap *h, struct hak_superslab *ss, struct h
         hak_heap_ss_unlink(h, ss);
         h->st.ss_released++;
         hak_ss_release(ss);
-    } else if (h->dirty_free > HAK_DIRTY_FREE_MAX && hak_opt(HAK_OPT_DECAY_MS)) {
+    } else if (h->dirty_free > HAK_DIRTY_FREE_MAX + hak_heap_room_under_high(h) && hak_opt(HAK_OPT_DECAY_MS)) {
         purge_later(h, ss, first, n);
     }
 }
