@@ -37,7 +37,7 @@
 
 #define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
 #define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
-#define HARD_STASH 8u           /* free blocks of a class a thread picks from */
+#define HARD_STASH 16u          /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
 #define HARD_RETURN 16u         /* blocks leaving the quarantine sent back at once */
@@ -124,10 +124,12 @@ static inline int has_head_guard(const void *p, int large) {
     return !large && ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) != 0;
 }
 
-/* The canary's bytes are the key's, by address modulo 8: the 8 bytes
- * from offset i, as a word. */
-static inline uint64_t canary_at(uint64_t k, size_t i) {
-    unsigned r = (unsigned)(i & 7) * 8;
+/* The canary's bytes are the key's, counted from the end of the request:
+ * every whole word of it is the key itself (no shift a word), and the
+ * last, which may overlap the one before, the key turned by its offset
+ * from the request's end. */
+static inline uint64_t canary_tail(uint64_t k, size_t from_request) {
+    unsigned r = (unsigned)(from_request & 7) * 8;
     return r ? (k >> r) | (k << (64 - r)) : k;
 }
 
@@ -146,8 +148,8 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
  * whose guards end at end (guard_end). */
 static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
     size_t stop = canary_stop(size, end), i = size;
-    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
-    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = k;
+    if (i < stop) *(word_any *)(c + stop - 8) = canary_tail(k, stop - 8 - size);
     *(word64 *)(c + end - 8) = size_word(k, size);
     if (head) *(word64 *)(c - 8) = HEAD_OF(k);
 }
@@ -170,8 +172,8 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
     size_t stop = canary_stop(n, end), i = n;
     uint64_t diff = 0;
-    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
-    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
+    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ k;
+    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_tail(k, stop - 8 - n);
     if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
@@ -323,26 +325,35 @@ static inline size_t fill_words(size_t bs) {
     return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
 }
 
+/* The fill's common case, a block's first 64 bytes, in 16-byte words
+ * (blocks are 16-byte aligned): four stores, or four loads and one test. */
+typedef uint64_t __attribute__((vector_size(16), may_alias)) word128;
+
 static inline void poison(void *p, size_t bs, uint64_t mark) {
     word64 *w = p;
-    w[0] = mark;
-    size_t n = fill_words(bs);
-    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {   /* a constant count: unrolled */
-        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) w[i] = fill_word;
+    if (HAK_LIKELY(bs >= HARD_FILL_MAX + 16)) {   /* fill_words(bs): the whole 64 bytes */
+        word128 *v = p, f = { fill_word, fill_word };
+        v[0] = (word128){ mark, fill_word };
+        v[1] = f;
+        v[2] = f;
+        v[3] = f;
         return;
     }
+    size_t n = fill_words(bs);
+    w[0] = mark;
     for (size_t i = 1; i <= n; i++) w[i] = fill_word;
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
 static inline int still_poisoned(const void *p, size_t bs, uint64_t mark) {
     const word64 *w = p;
-    uint64_t diff = w[0] ^ mark;
-    size_t n = fill_words(bs);
-    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {
-        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) diff |= w[i] ^ fill_word;
-        return diff == 0;
+    if (HAK_LIKELY(bs >= HARD_FILL_MAX + 16)) {   /* fill_words(bs): the whole 64 bytes */
+        const word128 *v = p, f = { fill_word, fill_word };
+        word128 d = (v[0] ^ (word128){ mark, fill_word }) | (v[1] ^ f) | (v[2] ^ f) | (v[3] ^ f);
+        return (d[0] | d[1]) == 0;
     }
+    size_t n = fill_words(bs);
+    uint64_t diff = w[0] ^ mark;
     for (size_t i = 1; i <= n; i++) diff |= w[i] ^ fill_word;
     return diff == 0;
 }
@@ -424,6 +435,14 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
  * every call runs them. */
 #define HARD_FAST __attribute__((noinline, section(".text.unlikely.hakmem_hardened")))
 
+/* The class of a need (the request and its tail, 24 bytes or more: the
+ * 32-byte floor of small_need is the class of 32 anyway), by the hit
+ * path's tables, filled at init: no search. */
+static inline unsigned class_by_table(size_t need) {
+    size_t at = need <= HAK_TINY_MAX ? hak_tiny_bin_of(need) : hak_mid_bin_of(need);
+    return (unsigned)(at / HAK_TAG_SCALE);
+}
+
 /* malloc of a small block from the thread's stash, guards written: the
  * same steps as the API's path through take and arm, with one key mix
  * and no call on the way. NULL when the request is not that case (no
@@ -432,7 +451,7 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
 static HARD_FAST void *malloc_fast(size_t size) {
     struct hard_thread *s = hard_self;   /* set: the thread has its heap (state 1) */
     if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return NULL;
-    unsigned cls = hak_class_of(size + HARD_SMALL_TAIL < 32 ? 32 : size + HARD_SMALL_TAIL);
+    unsigned cls = class_by_table(size + HARD_SMALL_TAIL);
     unsigned n = s->nstash[cls];
     if (HAK_UNLIKELY(n == 0)) return NULL;
     void **v = s->stash[cls];
