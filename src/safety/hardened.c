@@ -139,6 +139,25 @@ static inline size_t canary_stop(size_t size, size_t end) {
     return end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
 }
 
+/* The canary of len bytes (8 to HARD_CANARY_MAX) past a request, as four
+ * words that may overlap: the first (the key) at the request's end, these
+ * three at offsets 8, 16 and len - 8 from it, each at most len - 8. Four
+ * stores or loads and no loop. */
+struct canary_words {
+    size_t off[3];
+    uint64_t word[3];
+};
+_Static_assert(HARD_CANARY_MAX == 32, "the canary is four words at most");
+static inline struct canary_words canary_words(uint64_t k, size_t len) {
+    size_t last = len - 8;
+    uint64_t t = canary_tail(k, last);
+    struct canary_words cw = {
+        .off = { last < 8 ? last : 8, last < 16 ? last : 16, last },
+        .word = { last < 8 ? t : k, last < 16 ? t : k, t },
+    };
+    return cw;
+}
+
 static inline uint64_t size_word(uint64_t k, size_t size) {
     uint64_t tag = ((k ^ ((uint64_t)size * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull) >> 32;
     return (uint64_t)size | tag << 32;
@@ -147,9 +166,12 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
 /* Writes block p's guards (k its key) for a request of size, in a block
  * whose guards end at end (guard_end). */
 static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
-    size_t stop = canary_stop(size, end), i = size;
-    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = k;
-    if (i < stop) *(word_any *)(c + stop - 8) = canary_tail(k, stop - 8 - size);
+    struct canary_words cw = canary_words(k, canary_stop(size, end) - size);
+    char *at = c + size;
+    *(word_any *)at = k;
+    *(word_any *)(at + cw.off[0]) = cw.word[0];
+    *(word_any *)(at + cw.off[1]) = cw.word[1];
+    *(word_any *)(at + cw.off[2]) = cw.word[2];
     *(word64 *)(c + end - 8) = size_word(k, size);
     if (head) *(word64 *)(c - 8) = HEAD_OF(k);
 }
@@ -161,7 +183,7 @@ static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
     if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
     size_t end = guard_end(usable, large);
     arm_key(c, size, end, block_key(p), has_head_guard(p, large));
-    if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
+    if (large) hak_os_guard(c + end, HAK_PAGE_SIZE, 1);
 }
 
 /* What is wrong with block p's guards (k its key, end as guard_end
@@ -170,10 +192,11 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     uint64_t w = *(const word64 *)(c + end - 8);
     size_t n = (uint32_t)w;
     if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
-    size_t stop = canary_stop(n, end), i = n;
-    uint64_t diff = 0;
-    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ k;
-    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_tail(k, stop - 8 - n);
+    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
+    const char *at = c + n;
+    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
+                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
+                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
     if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
@@ -196,7 +219,7 @@ static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) 
 }
 
 static HAK_COLD void disarm_large(void *p, size_t usable) {
-    hak_os_protect((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 1);
+    hak_os_guard((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 0);
 }
 
 /* ---- blocks to and from the heap -------------------------------------- */
