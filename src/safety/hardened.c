@@ -9,10 +9,14 @@
  *   [n, C - 16)     canary bytes (the first HARD_CANARY_MAX of them are
  *                   written and checked), keyed by the block's address
  *   [C - 16, C - 8) n, with a 32-bit check of n and the address
- *   [C - 8, C)      the next block's head guard, keyed by its address
+ *   [C - 8, C)      the next block's head guard: its n again, checked
+ *                   with a key of its own address
  * so an overflow of up to 16 bytes lands in the canary or the size word
  * and an underflow in the head guard; both are checked at free, realloc
- * and malloc_usable_size. (A block that starts a page accepts a head
+ * and malloc_usable_size. free's common path reads n from the head guard,
+ * which lies in the block's first line (read anyway, for its marks) unless
+ * the block starts a line, and skips the size word's line: an overflow
+ * that reaches the size word crosses the canary first. (A block that starts a page accepts a head
  * guard of zero: the free blocks before it may have gone hollow.) A large
  * block ends the same way (no head guard), followed by an inaccessible
  * guard page (the last page of its span), so an overflow that runs on
@@ -173,7 +177,7 @@ static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int hea
     *(word_any *)(at + cw.off[1]) = cw.word[1];
     *(word_any *)(at + cw.off[2]) = cw.word[2];
     *(word64 *)(c + end - 8) = size_word(k, size);
-    if (head) *(word64 *)(c - 8) = HEAD_OF(k);
+    if (head) *(word64 *)(c - 8) = size_word(HEAD_OF(k), size);
 }
 
 static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
@@ -201,11 +205,30 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
     uint64_t h;
-    if (head && (h = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
+    if (head && (h = *(const word64 *)(c - 8)) != size_word(HEAD_OF(k), n) &&
         !(h == 0 && !((uintptr_t)c & (HAK_PAGE_SIZE - 1))))
         return HAK_REASON_UNDERFLOW;
     *size = n;
     return NULL;
+}
+
+/* 1 when block p's guards hold as far as free's common path looks: n from
+ * the head guard (no load of the size word's line), then the canary; the
+ * full guard_fault for a block with no head guard, or when the head guard
+ * does not hold (an underflow, or a page gone hollow before it: the
+ * caller's general path then tells which). */
+static inline int guards_hold(const char *c, size_t end, uint64_t k) {
+    size_t n;
+    if (!has_head_guard(c, 0)) return guard_fault(c, end, k, 0, &n) == NULL;
+    uint64_t h = *(const word64 *)(c - 8);
+    n = (uint32_t)h;
+    if (n + 16 > end || h != size_word(HEAD_OF(k), n)) return 0;
+    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
+    const char *at = c + n;
+    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
+                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
+                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
+    return diff == 0;
 }
 
 static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
@@ -505,16 +528,20 @@ static HARD_FAST int free_fast(void *p) {
     struct hard_thread *s = hard_self;
     size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
     if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
+    /* the block's first line (its mark, and its head guard unless it
+     * starts a line), which the checks below wait for: asked for before
+     * them (a prefetch of any address is harmless) */
+    __builtin_prefetch(p);
+    __builtin_prefetch((const char *)p - 8);
     unsigned e = hak_chunk_entry(p);
     if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
     unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
     unsigned cls = hak_ss_tag(row, slab);
     /* a run with hollow blocks: the full check knows about them */
     if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
-    /* The guards lie in the block's last lines: the size word in its
-     * last, the canary within a class step (an eighth) before it. Their
-     * loads would wait for the mark's line and then for each other: all
-     * start now. */
+    /* The canary lies in the block's last lines, within a class step (an
+     * eighth to a quarter) before its end: its loads would wait for the
+     * head guard's line, which says where it starts. They start now. */
     const char *end = (const char *)p + hak_class_size[cls] - 16;
     __builtin_prefetch(end);
     __builtin_prefetch(end - 64);
@@ -522,10 +549,7 @@ static HARD_FAST int free_fast(void *p) {
     struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
     if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p) || hak_mark_is_set(p)) return 0;
     uint64_t k = block_key(p), w = *(const word64 *)p;
-    size_t size;
-    if (w == QUAR_OF(k) || w == STASH_OF(k) ||
-        guard_fault(p, guard_end(hak_class_size[cls], 0), k, has_head_guard(p, 0), &size))
-        return 0;
+    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return 0;
     quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
     return 1;
 }
