@@ -799,12 +799,60 @@ test_print_functions (void)
   g_test_trap_assert_stderr ("*hakmem: *safety*");
 }
 
+/* The hardened box's canary runs from the end of each request, whatever
+ * its size: a block filled to the last byte asked frees quietly at every
+ * size (a canary laid out off by a byte would report the program's own
+ * bytes), and one more byte, or sixteen, past the request is reported at
+ * free for every offset of the request's end within a word, in small and
+ * in mid classes. Each overflow runs in a subprocess, as the report
+ * aborts it. */
+static void
+test_hardened_canary_every_offset (void)
+{
+  if (!ht_safety_hardened ())
+    {
+      g_test_skip ("the canary is the hardened box's");
+      return;
+    }
+  if (g_test_subprocess ())
+    {
+      size_t n = 0, over = 0;
+      g_assert_cmpint (sscanf (g_getenv ("HT_CANARY_CASE"), "%zu %zu", &n, &over), ==, 2);
+      unsigned char *p = T (malloc) (n);
+      g_assert_nonnull (p);
+      memset (p, 0x11, n + over);   /* the bug under test */
+      T (free) (p);
+      return;
+    }
+  for (size_t n = 1; n <= 2200; n++)
+    {
+      unsigned char *p = T (malloc) (n);
+      g_assert_nonnull (p);
+      memset (p, 0x22, n);
+      T (free) (p);
+    }
+  static const size_t firsts[] = { 1, 100, 1000, 3000 };
+  for (size_t f = 0; f < G_N_ELEMENTS (firsts); f++)
+    for (size_t n = firsts[f]; n < firsts[f] + 8; n++)
+      for (size_t over = 1; over <= 16; over += 15)
+        {
+          char arg[64];
+          g_snprintf (arg, sizeof arg, "%zu %zu", n, over);
+          g_setenv ("HT_CANARY_CASE", arg, TRUE);
+          g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+          g_test_trap_assert_failed ();
+          g_test_trap_assert_stderr ("*heap overflow*");
+        }
+  g_unsetenv ("HT_CANARY_CASE");
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
 
   g_test_add_func ("/api/malloc-zero", test_malloc_zero);
+  g_test_add_func ("/api/hardened-canary-every-offset", test_hardened_canary_every_offset);
   g_test_add_func ("/api/malloc-small", test_malloc_small);
   g_test_add_func ("/api/malloc-huge-enomem", test_malloc_huge);
   g_test_add_func ("/api/malloc-huge-keeps-caches", test_malloc_huge_keeps_caches);

@@ -102,7 +102,7 @@ static void *alloc_large(size_t size, size_t align) {
     return large_alloc(size, align, NULL);
 }
 
-static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
+static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
@@ -297,11 +297,7 @@ static HAK_COLD void *hard_take(const struct hak_hardened_ops *hd, unsigned cls)
 /* Every allocation's path with the hardened box: a block with room for
  * its guards past the request (a small one of a class that has it, else a
  * large one with its guard page), armed. */
-static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
-    if (align == 0) {
-        void *p = hd->malloc_fast(size);
-        if (HAK_LIKELY(p != NULL)) return p;
-    }
+static HAK_COLD void *hard_alloc_general(const struct hak_hardened_ops *hd, size_t size, size_t align) {
     size_t need = hd->small_need(size);
     if (need <= HAK_SMALL_MAX && align <= HAK_SLAB_SIZE) {
         unsigned cls = align <= HAK_ALIGNMENT ? hak_class_of(need) : hak_aligned_class(need, align);
@@ -323,6 +319,16 @@ static HAK_COLD void *hard_alloc(const struct hak_hardened_ops *hd, size_t size,
     void *p = large_alloc(need, align, NULL);
     if (p) hd->arm(p, size, block_usable(p), 1);
     return p;
+}
+
+/* Its common case first, in a function of its own: with the general path
+ * in the same function, every call paid for its stack frame. */
+static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
+    if (align == 0) {
+        void *p = hd->malloc_fast(size);
+        if (HAK_LIKELY(p != NULL)) return p;
+    }
+    return hard_alloc_general(hd, size, align);
 }
 
 /* realloc with the hardened box: guards checked, then the block kept (a

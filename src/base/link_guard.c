@@ -7,13 +7,16 @@ void (*hak_link_bad)(const void *blk);
 
 /* the word after the link; the fourth is the inbox's chain word
  * (backend/heap_remote.c) */
-static inline uint32_t *check_word(void *blk) { return (uint32_t *)blk + 2; }
+HAK_INLINE uint32_t *check_word(void *blk) { return (uint32_t *)blk + 2; }
 
-static inline uintptr_t addr_key(const void *blk) {
+/* Inlined although this file is compiled for size (src/meson.build): with
+ * the hardened box every refill and flush runs these for each block, and
+ * as calls they were a fifth of the link's cost. */
+HAK_INLINE uintptr_t addr_key(const void *blk) {
     return hak_mix64((uintptr_t)blk ^ hak_link_key) & ADDR_MASK;
 }
 
-static inline uint32_t link_check(const void *blk, uintptr_t enc) {
+HAK_INLINE uint32_t link_check(const void *blk, uintptr_t enc) {
     return (uint32_t)(hak_mix64(enc ^ ((uintptr_t)blk << 16) ^ ~hak_link_key) >> 32);
 }
 

@@ -352,6 +352,41 @@ int hak_os_protect(void *p, size_t size, int access) {
     return r;
 }
 
+/* Guard pages by the kernel's guard markers (madvise MADV_GUARD_INSTALL,
+ * Linux 6.13): a page-table entry that faults, where mprotect splits the
+ * mapping in three and merges it back under the mapping lock held for
+ * writing, which threads allocating large blocks at once queue on. The
+ * first call asks whether the kernel has them (removing markers from a
+ * page that has none is a no-op there, EINVAL before). A mapping that
+ * refuses them (mlock) gets mprotect for that page, and from then on a
+ * removal undoes both. */
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
+#endif
+static _Atomic int guard_markers = -1;   /* -1 not asked yet, 0 none, 1 the kernel has them */
+static _Atomic int guard_fell_back;      /* 1: some page was protected instead */
+
+int hak_os_guard(void *p, size_t size, int on) {
+    int saved = errno, r = 0;
+    int markers = atomic_load(&guard_markers);
+    if (markers < 0) {
+        markers = madvise(p, size, MADV_GUARD_REMOVE) == 0;
+        atomic_store(&guard_markers, markers);
+    }
+    if (on) {
+        if (!markers || madvise(p, size, MADV_GUARD_INSTALL) != 0) {
+            if (markers) atomic_store(&guard_fell_back, 1);
+            r = mprotect(p, size, PROT_NONE);
+        }
+    } else {
+        if (markers) r = madvise(p, size, MADV_GUARD_REMOVE);
+        if (!markers || atomic_load(&guard_fell_back)) r |= mprotect(p, size, PROT_READ | PROT_WRITE);
+    }
+    errno = saved;
+    return r;
+}
+
 /* Metadata (heaps) comes from a bump region of 1 MiB (or one request's
  * size) at a time: room for some 280 heaps, of pages that take memory
  * only once written. Its offset is bumped with an atomic add, no lock: the

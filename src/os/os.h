@@ -95,6 +95,10 @@ int hak_os_random(void *buf, size_t n);
 /* Makes [p, p + size) (page-aligned) inaccessible (access 0) or
  * read-write again (access 1); 0 on success. */
 int hak_os_protect(void *p, size_t size, int access);
+/* Makes [p, p + size) (page-aligned) a guard (on 1: any access faults;
+ * its bytes are dropped) or ordinary memory again (on 0: reads zero);
+ * cheaper than hak_os_protect where the kernel has guard markers. */
+int hak_os_guard(void *p, size_t size, int on);
 
 /* Huge pages (the hugepage SuperSlab box, backend/ss_hugepage.c). */
 /* Maps size bytes (a multiple of 2 MiB) of the system's reserved 2 MiB

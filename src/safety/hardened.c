@@ -9,10 +9,14 @@
  *   [n, C - 16)     canary bytes (the first HARD_CANARY_MAX of them are
  *                   written and checked), keyed by the block's address
  *   [C - 16, C - 8) n, with a 32-bit check of n and the address
- *   [C - 8, C)      the next block's head guard, keyed by its address
+ *   [C - 8, C)      the next block's head guard: its n again, checked
+ *                   with a key of its own address
  * so an overflow of up to 16 bytes lands in the canary or the size word
  * and an underflow in the head guard; both are checked at free, realloc
- * and malloc_usable_size. (A block that starts a page accepts a head
+ * and malloc_usable_size. free's common path reads n from the head guard,
+ * which lies in the block's first line (read anyway, for its marks) unless
+ * the block starts a line, and skips the size word's line: an overflow
+ * that reaches the size word crosses the canary first. (A block that starts a page accepts a head
  * guard of zero: the free blocks before it may have gone hollow.) A large
  * block ends the same way (no head guard), followed by an inaccessible
  * guard page (the last page of its span), so an overflow that runs on
@@ -37,7 +41,7 @@
 
 #define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
 #define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
-#define HARD_STASH 8u           /* free blocks of a class a thread picks from */
+#define HARD_STASH 16u          /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
 #define HARD_RETURN 16u         /* blocks leaving the quarantine sent back at once */
@@ -124,10 +128,12 @@ static inline int has_head_guard(const void *p, int large) {
     return !large && ((uintptr_t)p & (HAK_SLAB_SIZE - 1)) != 0;
 }
 
-/* The canary's bytes are the key's, by address modulo 8: the 8 bytes
- * from offset i, as a word. */
-static inline uint64_t canary_at(uint64_t k, size_t i) {
-    unsigned r = (unsigned)(i & 7) * 8;
+/* The canary's bytes are the key's, counted from the end of the request:
+ * every whole word of it is the key itself (no shift a word), and the
+ * last, which may overlap the one before, the key turned by its offset
+ * from the request's end. */
+static inline uint64_t canary_tail(uint64_t k, size_t from_request) {
+    unsigned r = (unsigned)(from_request & 7) * 8;
     return r ? (k >> r) | (k << (64 - r)) : k;
 }
 
@@ -135,6 +141,25 @@ static inline uint64_t canary_at(uint64_t k, size_t i) {
  * layout keeps them), at most HARD_CANARY_MAX. */
 static inline size_t canary_stop(size_t size, size_t end) {
     return end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
+}
+
+/* The canary of len bytes (8 to HARD_CANARY_MAX) past a request, as four
+ * words that may overlap: the first (the key) at the request's end, these
+ * three at offsets 8, 16 and len - 8 from it, each at most len - 8. Four
+ * stores or loads and no loop. */
+struct canary_words {
+    size_t off[3];
+    uint64_t word[3];
+};
+_Static_assert(HARD_CANARY_MAX == 32, "the canary is four words at most");
+static inline struct canary_words canary_words(uint64_t k, size_t len) {
+    size_t last = len - 8;
+    uint64_t t = canary_tail(k, last);
+    struct canary_words cw = {
+        .off = { last < 8 ? last : 8, last < 16 ? last : 16, last },
+        .word = { last < 8 ? t : k, last < 16 ? t : k, t },
+    };
+    return cw;
 }
 
 static inline uint64_t size_word(uint64_t k, size_t size) {
@@ -145,11 +170,14 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
 /* Writes block p's guards (k its key) for a request of size, in a block
  * whose guards end at end (guard_end). */
 static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
-    size_t stop = canary_stop(size, end), i = size;
-    for (; i + 8 <= stop; i += 8) *(word_any *)(c + i) = canary_at(k, i);
-    if (i < stop) *(word_any *)(c + stop - 8) = canary_at(k, stop - 8);
+    struct canary_words cw = canary_words(k, canary_stop(size, end) - size);
+    char *at = c + size;
+    *(word_any *)at = k;
+    *(word_any *)(at + cw.off[0]) = cw.word[0];
+    *(word_any *)(at + cw.off[1]) = cw.word[1];
+    *(word_any *)(at + cw.off[2]) = cw.word[2];
     *(word64 *)(c + end - 8) = size_word(k, size);
-    if (head) *(word64 *)(c - 8) = HEAD_OF(k);
+    if (head) *(word64 *)(c - 8) = size_word(HEAD_OF(k), size);
 }
 
 static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
@@ -159,7 +187,7 @@ static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
     if (!large) usable = hak_slab_of(hak_ss_of(p), p)->block_size;
     size_t end = guard_end(usable, large);
     arm_key(c, size, end, block_key(p), has_head_guard(p, large));
-    if (large) hak_os_protect(c + end, HAK_PAGE_SIZE, 0);
+    if (large) hak_os_guard(c + end, HAK_PAGE_SIZE, 1);
 }
 
 /* What is wrong with block p's guards (k its key, end as guard_end
@@ -168,19 +196,39 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     uint64_t w = *(const word64 *)(c + end - 8);
     size_t n = (uint32_t)w;
     if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
-    size_t stop = canary_stop(n, end), i = n;
-    uint64_t diff = 0;
-    for (; i + 8 <= stop; i += 8) diff |= *(const word_any *)(c + i) ^ canary_at(k, i);
-    if (i < stop) diff |= *(const word_any *)(c + stop - 8) ^ canary_at(k, stop - 8);
+    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
+    const char *at = c + n;
+    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
+                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
+                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
     if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
     uint64_t h;
-    if (head && (h = *(const word64 *)(c - 8)) != HEAD_OF(k) &&
+    if (head && (h = *(const word64 *)(c - 8)) != size_word(HEAD_OF(k), n) &&
         !(h == 0 && !((uintptr_t)c & (HAK_PAGE_SIZE - 1))))
         return HAK_REASON_UNDERFLOW;
     *size = n;
     return NULL;
+}
+
+/* 1 when block p's guards hold as far as free's common path looks: n from
+ * the head guard (no load of the size word's line), then the canary; the
+ * full guard_fault for a block with no head guard, or when the head guard
+ * does not hold (an underflow, or a page gone hollow before it: the
+ * caller's general path then tells which). */
+static inline int guards_hold(const char *c, size_t end, uint64_t k) {
+    size_t n;
+    if (!has_head_guard(c, 0)) return guard_fault(c, end, k, 0, &n) == NULL;
+    uint64_t h = *(const word64 *)(c - 8);
+    n = (uint32_t)h;
+    if (n + 16 > end || h != size_word(HEAD_OF(k), n)) return 0;
+    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
+    const char *at = c + n;
+    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
+                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
+                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
+    return diff == 0;
 }
 
 static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) {
@@ -194,7 +242,7 @@ static HAK_COLD size_t check(const char *op, void *p, size_t usable, int large) 
 }
 
 static HAK_COLD void disarm_large(void *p, size_t usable) {
-    hak_os_protect((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 1);
+    hak_os_guard((char *)p + guard_end(usable, 1), HAK_PAGE_SIZE, 0);
 }
 
 /* ---- blocks to and from the heap -------------------------------------- */
@@ -323,26 +371,35 @@ static inline size_t fill_words(size_t bs) {
     return ((end < HARD_FILL_MAX ? end : HARD_FILL_MAX) - 8) / 8;
 }
 
+/* The fill's common case, a block's first 64 bytes, in 16-byte words
+ * (blocks are 16-byte aligned): four stores, or four loads and one test. */
+typedef uint64_t __attribute__((vector_size(16), may_alias)) word128;
+
 static inline void poison(void *p, size_t bs, uint64_t mark) {
     word64 *w = p;
-    w[0] = mark;
-    size_t n = fill_words(bs);
-    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {   /* a constant count: unrolled */
-        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) w[i] = fill_word;
+    if (HAK_LIKELY(bs >= HARD_FILL_MAX + 16)) {   /* fill_words(bs): the whole 64 bytes */
+        word128 *v = p, f = { fill_word, fill_word };
+        v[0] = (word128){ mark, fill_word };
+        v[1] = f;
+        v[2] = f;
+        v[3] = f;
         return;
     }
+    size_t n = fill_words(bs);
+    w[0] = mark;
     for (size_t i = 1; i <= n; i++) w[i] = fill_word;
 }
 
 /* Block p (of bs bytes) filled and marked as poison left it. */
 static inline int still_poisoned(const void *p, size_t bs, uint64_t mark) {
     const word64 *w = p;
-    uint64_t diff = w[0] ^ mark;
-    size_t n = fill_words(bs);
-    if (HAK_LIKELY(n == HARD_FILL_MAX / 8 - 1)) {
-        for (size_t i = 1; i < HARD_FILL_MAX / 8; i++) diff |= w[i] ^ fill_word;
-        return diff == 0;
+    if (HAK_LIKELY(bs >= HARD_FILL_MAX + 16)) {   /* fill_words(bs): the whole 64 bytes */
+        const word128 *v = p, f = { fill_word, fill_word };
+        word128 d = (v[0] ^ (word128){ mark, fill_word }) | (v[1] ^ f) | (v[2] ^ f) | (v[3] ^ f);
+        return (d[0] | d[1]) == 0;
     }
+    size_t n = fill_words(bs);
+    uint64_t diff = w[0] ^ mark;
     for (size_t i = 1; i <= n; i++) diff |= w[i] ^ fill_word;
     return diff == 0;
 }
@@ -424,6 +481,14 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
  * every call runs them. */
 #define HARD_FAST __attribute__((noinline, section(".text.unlikely.hakmem_hardened")))
 
+/* The class of a need (the request and its tail, 24 bytes or more: the
+ * 32-byte floor of small_need is the class of 32 anyway), by the hit
+ * path's tables, filled at init: no search. */
+static inline unsigned class_by_table(size_t need) {
+    size_t at = need <= HAK_TINY_MAX ? hak_tiny_bin_of(need) : hak_mid_bin_of(need);
+    return (unsigned)(at / HAK_TAG_SCALE);
+}
+
 /* malloc of a small block from the thread's stash, guards written: the
  * same steps as the API's path through take and arm, with one key mix
  * and no call on the way. NULL when the request is not that case (no
@@ -432,7 +497,7 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
 static HARD_FAST void *malloc_fast(size_t size) {
     struct hard_thread *s = hard_self;   /* set: the thread has its heap (state 1) */
     if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return NULL;
-    unsigned cls = hak_class_of(size + HARD_SMALL_TAIL < 32 ? 32 : size + HARD_SMALL_TAIL);
+    unsigned cls = class_by_table(size + HARD_SMALL_TAIL);
     unsigned n = s->nstash[cls];
     if (HAK_UNLIKELY(n == 0)) return NULL;
     void **v = s->stash[cls];
@@ -463,16 +528,20 @@ static HARD_FAST int free_fast(void *p) {
     struct hard_thread *s = hard_self;
     size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
     if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
+    /* the block's first line (its mark, and its head guard unless it
+     * starts a line), which the checks below wait for: asked for before
+     * them (a prefetch of any address is harmless) */
+    __builtin_prefetch(p);
+    __builtin_prefetch((const char *)p - 8);
     unsigned e = hak_chunk_entry(p);
     if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
     unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
     unsigned cls = hak_ss_tag(row, slab);
     /* a run with hollow blocks: the full check knows about them */
     if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
-    /* The guards lie in the block's last lines: the size word in its
-     * last, the canary within a class step (an eighth) before it. Their
-     * loads would wait for the mark's line and then for each other: all
-     * start now. */
+    /* The canary lies in the block's last lines, within a class step (an
+     * eighth to a quarter) before its end: its loads would wait for the
+     * head guard's line, which says where it starts. They start now. */
     const char *end = (const char *)p + hak_class_size[cls] - 16;
     __builtin_prefetch(end);
     __builtin_prefetch(end - 64);
@@ -480,10 +549,7 @@ static HARD_FAST int free_fast(void *p) {
     struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
     if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p) || hak_mark_is_set(p)) return 0;
     uint64_t k = block_key(p), w = *(const word64 *)p;
-    size_t size;
-    if (w == QUAR_OF(k) || w == STASH_OF(k) ||
-        guard_fault(p, guard_end(hak_class_size[cls], 0), k, has_head_guard(p, 0), &size))
-        return 0;
+    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return 0;
     quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
     return 1;
 }
