@@ -48,7 +48,12 @@
 #define HARD_SMALL_TAIL 24u     /* canary (8 at least), size word, next head guard */
 #define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
 
-static uint64_t secret;
+/* Two random words: a block's key is the mix of its address and secret,
+ * XORed with key_mask. The mix alone can be undone, so one block's key
+ * (which an over-read of its canary shows) would give the secret, and
+ * with it every other block's key; with the mask, what one key shows is
+ * the sum of two unknowns. */
+static uint64_t secret, key_mask;
 /* what a quarantined block is filled with: one random byte, repeated */
 static uint64_t fill_word;
 /* How many free blocks of each class a thread keeps to pick from (set at
@@ -58,7 +63,7 @@ static uint8_t stash_caps[HAK_NCLASS];
 /* A block's key, from which its canary, size check, head guard and marks
  * derive; one mix per call that needs any of them. */
 static inline uint64_t block_key(const void *p) {
-    return hak_mix64((uintptr_t)p ^ secret);
+    return hak_mix64((uintptr_t)p ^ secret) ^ key_mask;
 }
 #define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
 #define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
@@ -86,20 +91,24 @@ static void hard_link_bad(const void *blk) {
 }
 
 static HAK_COLD void hard_init(void) {
-    uint64_t s = 0;
-    if (!hak_os_random(&s, sizeof s)) {
+    /* independent words: none derives from another, so no stored value
+     * (a fill byte, a link, a canary) leads back to the secret */
+    uint64_t r[4] = { 0, 0, 0, 0 };
+    if (!hak_os_random(r, sizeof r)) {
         /* no kernel randomness: the clock and addresses, which ASLR varies */
-        s = hak_mix64((uint64_t)hak_os_clock_ms() ^ (uintptr_t)&s ^ ((uint64_t)hak_os_getpid() << 32) ^
-                      (uintptr_t)&secret);
+        uint64_t seed = (uint64_t)hak_os_clock_ms() ^ (uintptr_t)&r ^ ((uint64_t)hak_os_getpid() << 32) ^
+                        (uintptr_t)&secret;
+        for (unsigned i = 0; i < 4; i++) r[i] = hak_mix64(seed + 0x9e3779b97f4a7c15ull * (i + 1));
     }
-    secret = s | 1;
-    fill_word = ((hak_mix64(secret ^ 0x66696c6cull) | 1) & 0xff) * 0x0101010101010101ull;
+    secret = r[0] | 1;
+    key_mask = r[1];
+    fill_word = ((r[2] | 1) & 0xff) * 0x0101010101010101ull;
     for (unsigned c = 1; c < HAK_NCLASS; c++) {
         unsigned want = hak_class_size[c] ? HARD_STASH_BYTES / hak_class_size[c] : HARD_STASH;
         stash_caps[c] = (uint8_t)(want < 2 ? 2 : want > HARD_STASH ? HARD_STASH : want);
     }
     hak_link_bad = hard_link_bad;
-    hak_link_key = (uintptr_t)hak_mix64(secret ^ 0x6c696e6bull) | 1;
+    hak_link_key = (uintptr_t)r[3] | 1;
 }
 
 static HAK_COLD size_t small_need(size_t size) {
