@@ -343,6 +343,67 @@ test_kept_runs_released (void)
              left, total);
 }
 
+/* An exited thread's heap that nobody adopted for a decay period gives
+ * back, when another thread scavenges it, the pages of the slabs its
+ * released runs leave free, also in a SuperSlab that one of its blocks
+ * still alive elsewhere keeps from going back to the pool: nobody would
+ * use them, and an idle heap's clock purges only a few slabs a tick, so
+ * with many exited threads' heaps they stayed resident (oversub_8). Here
+ * the thread's runs of 16 KiB blocks (1.5 MiB) are left with two blocks
+ * out; a feeder thread frees one of them once the heap has waited three
+ * periods, and its exit scavenges the heap it fed. */
+enum { ORPHAN_BLOCKS = 96, ORPHAN_BLOCK = 16 * 1024 };
+static void *orphan[ORPHAN_BLOCKS];
+static pthread_barrier_t orphan_sync;
+
+static void *
+orphan_maker (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (orphan, ORPHAN_BLOCKS, ORPHAN_BLOCK, 0x5e);
+  free_all (orphan + 2, ORPHAN_BLOCKS - 2);   /* the first two stay out */
+  return NULL;
+}
+
+static void *
+orphan_feeder (void *arg)
+{
+  (void) arg;
+  void *own = T (malloc) (64);   /* this thread has its own heap */
+  g_assert_nonnull (own);
+  pthread_barrier_wait (&orphan_sync);   /* the maker has exited, periods ago */
+  T (free) (orphan[1]);   /* to the orphaned heap's inbox */
+  T (free) (own);
+  return NULL;   /* its exit scavenges the heap it fed */
+}
+
+static void
+test_orphan_free_slabs_purged (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (!ht_partial_purge_or_skip (PARTIAL_SKIP))
+    return;
+  if (!ht_in_process_with_decay ("10"))
+    return;
+  ht_keep_allocating ();   /* the main thread has its heap */
+  g_assert_cmpint (pthread_barrier_init (&orphan_sync, NULL, 2), ==, 0);
+  pthread_t feeder, maker;
+  g_assert_cmpint (pthread_create (&feeder, NULL, orphan_feeder, NULL), ==, 0);
+  g_assert_cmpint (pthread_create (&maker, NULL, orphan_maker, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (maker, NULL), ==, 0);
+  size_t total, before = resident_of (orphan + 2, ORPHAN_BLOCKS - 2, ORPHAN_BLOCK, &total);
+  g_assert_cmpuint (before, >, total / 2);   /* kept for an adopter */
+  g_usleep (30 * 1000);
+  pthread_barrier_wait (&orphan_sync);
+  g_assert_cmpint (pthread_join (feeder, NULL), ==, 0);
+  size_t left = resident_of (orphan + 2, ORPHAN_BLOCKS - 2, ORPHAN_BLOCK, &total);
+  if (left > total / 8)
+    g_error ("%zu of the %zu pages of an exited thread's released runs are still resident", left, total);
+  T (free) (orphan[0]);
+  g_assert_cmpint (pthread_barrier_destroy (&orphan_sync), ==, 0);
+}
+
 /* A heap whose size swings keeps, between crests, the free slabs it had in
  * runs at its recent high: giving them back at each trough only to fault
  * them in again at the next crest cost a madvise (and page faults) a few
@@ -568,6 +629,7 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/idle-cache-returned", test_idle_cache_returned);
   g_test_add_func ("/decay/bound-follows-purges", test_bound_follows_purges);
   g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
+  g_test_add_func ("/decay/orphan-free-slabs-purged", test_orphan_free_slabs_purged);
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
   g_test_add_func ("/decay/adopted-heap-forgets-high", test_adopted_heap_forgets_high);

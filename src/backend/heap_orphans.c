@@ -78,23 +78,43 @@ void hak_heap_abandoned_add(struct hak_heap *h) {
     hak_spin_unlock(&hak_heaps.lock);
 }
 
+/* The pages of every free slab of h's SuperSlabs go back now (h is owned
+ * by the caller). */
+static void purge_free_slabs(struct hak_heap *h) {
+    unsigned calls = 0;
+    if (h->purge_n) hak_heap_purge_batch(h);
+    for (struct hak_superslab *ss = h->ss_list; ss; ss = ss->next)
+        hak_heap_dirty_sub(h, hak_ss_purge_free(ss, HAK_SS_ALL_FREE, &calls));
+    h->st.decay_purges += calls;
+}
+
 /* Collects what an abandoned heap (owned by the caller for the moment)
  * holds for nobody: blocks other threads sent to its inbox and, once it
  * has waited a whole decay period without being adopted, the runs its
  * thread kept (hak_heap_abandon); then SuperSlabs left with no run go back
- * to the pool. With the clock off (period 0), the runs go at the first
- * scavenge. */
-void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
+ * to the pool, and the pages of the free slabs of those that stay (a
+ * block still alive elsewhere keeps them) go back at once: nobody uses
+ * them, and the clock's idle purge, a few calls a tick over all heaps,
+ * left them resident while short-lived threads' heaps piled up (oversub_8:
+ * 3-5 MiB of its 17-23 MiB peak; docs/PERFORMANCE.md, "Remote frees and
+ * idle heaps"). With the clock off (period 0), the runs go at the first
+ * scavenge and nothing is purged. */
+static void scavenge(struct hak_heap *h, uint32_t now, uint32_t period, int purge) {
     int trim = 0;
     if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) {
         hak_heap_drain_inbox(h, 0);
         trim = 1;
     }
-    if ((int32_t)(now - h->abandoned_ms) >= (int32_t)period) {
+    int idle = (int32_t)(now - h->abandoned_ms) >= (int32_t)period;
+    if (idle) {
         hak_heap_release_empty_runs(h);
         trim = 1;
     }
     if (trim) hak_heap_trim(h);
+    if (idle && period && purge) purge_free_slabs(h);
+}
+void hak_heap_scavenge_one(struct hak_heap *h, uint32_t now, uint32_t period) {
+    scavenge(h, now, period, 1);
 }
 
 void hak_heap_scavenge_abandoned(void) {
@@ -160,8 +180,9 @@ int hak_heap_absorb_abandoned(struct hak_heap *h) {
         if ((int32_t)(now - a->abandoned_ms) >= (int32_t)period) {
             /* its empty runs and SuperSlabs go first: moved, they would
              * stay with h for good (nothing releases a run with no block
-             * out that no free empties) */
-            hak_heap_scavenge_one(a, now, period);
+             * out that no free empties); its free slabs stay resident,
+             * since h is about to place runs on them */
+            scavenge(a, now, period, 1);
             moved = a->ss_list != NULL;
             while (a->ss_list) ss_move(a, h, a->ss_list);
         }
