@@ -371,6 +371,7 @@ orphan_feeder (void *arg)
   (void) arg;
   void *own = T (malloc) (64);   /* this thread has its own heap */
   g_assert_nonnull (own);
+  pthread_barrier_wait (&orphan_sync);   /* ready, before the maker starts */
   pthread_barrier_wait (&orphan_sync);   /* the maker has exited, periods ago */
   T (free) (orphan[1]);   /* to the orphaned heap's inbox */
   T (free) (own);
@@ -390,6 +391,7 @@ test_orphan_free_slabs_purged (void)
   g_assert_cmpint (pthread_barrier_init (&orphan_sync, NULL, 2), ==, 0);
   pthread_t feeder, maker;
   g_assert_cmpint (pthread_create (&feeder, NULL, orphan_feeder, NULL), ==, 0);
+  pthread_barrier_wait (&orphan_sync);   /* else the feeder might adopt the maker's heap */
   g_assert_cmpint (pthread_create (&maker, NULL, orphan_maker, NULL), ==, 0);
   g_assert_cmpint (pthread_join (maker, NULL), ==, 0);
   size_t total, before = resident_of (orphan + 2, ORPHAN_BLOCKS - 2, ORPHAN_BLOCK, &total);
