@@ -344,6 +344,170 @@ test_kept_runs_released (void)
              left, total);
 }
 
+/* An exited thread's heap that nobody adopted for a decay period gives
+ * back, when another thread scavenges it, the pages of the slabs its
+ * released runs leave free, also in a SuperSlab that one of its blocks
+ * still alive elsewhere keeps from going back to the pool: nobody would
+ * use them, and an idle heap's clock purges only a few slabs a tick, so
+ * with many exited threads' heaps they stayed resident (oversub_8). Here
+ * the thread's runs of 16 KiB blocks (1.5 MiB) are left with two blocks
+ * out; a feeder thread frees one of them once the heap has waited three
+ * periods, and its exit scavenges the heap it fed. */
+enum { ORPHAN_BLOCKS = 96, ORPHAN_BLOCK = 16 * 1024 };
+static void *orphan[ORPHAN_BLOCKS];
+static pthread_barrier_t orphan_sync;
+
+static void *
+orphan_maker (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (orphan, ORPHAN_BLOCKS, ORPHAN_BLOCK, 0x5e);
+  free_all (orphan + 2, ORPHAN_BLOCKS - 2);   /* the first two stay out */
+  return NULL;
+}
+
+static void *
+orphan_feeder (void *arg)
+{
+  (void) arg;
+  void *own = T (malloc) (64);   /* this thread has its own heap */
+  g_assert_nonnull (own);
+  pthread_barrier_wait (&orphan_sync);   /* ready, before the maker starts */
+  pthread_barrier_wait (&orphan_sync);   /* the maker has exited, periods ago */
+  T (free) (orphan[1]);   /* to the orphaned heap's inbox */
+  T (free) (own);
+  return NULL;   /* its exit scavenges the heap it fed */
+}
+
+static void
+test_orphan_free_slabs_purged (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (!ht_partial_purge_or_skip (PARTIAL_SKIP))
+    return;
+  if (!ht_in_process_with_decay ("10"))
+    return;
+  ht_keep_allocating ();   /* the main thread has its heap */
+  g_assert_cmpint (pthread_barrier_init (&orphan_sync, NULL, 2), ==, 0);
+  pthread_t feeder, maker;
+  g_assert_cmpint (pthread_create (&feeder, NULL, orphan_feeder, NULL), ==, 0);
+  pthread_barrier_wait (&orphan_sync);   /* else the feeder might adopt the maker's heap */
+  g_assert_cmpint (pthread_create (&maker, NULL, orphan_maker, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (maker, NULL), ==, 0);
+  size_t total, before = resident_of (orphan + 2, ORPHAN_BLOCKS - 2, ORPHAN_BLOCK, &total);
+  g_assert_cmpuint (before, >, total / 2);   /* kept for an adopter */
+  g_usleep (30 * 1000);
+  pthread_barrier_wait (&orphan_sync);
+  g_assert_cmpint (pthread_join (feeder, NULL), ==, 0);
+  size_t left = resident_of (orphan + 2, ORPHAN_BLOCKS - 2, ORPHAN_BLOCK, &total);
+  if (left > total / 8)
+    g_error ("%zu of the %zu pages of an exited thread's released runs are still resident", left, total);
+  T (free) (orphan[0]);
+  g_assert_cmpint (pthread_barrier_destroy (&orphan_sync), ==, 0);
+}
+
+/* Heaps of exited threads wait for adoption newest first, and a decay
+ * tick that looks after one of them takes the oldest, never the head: a
+ * thread that starts while another exits adopts the heap its predecessor
+ * left, and a heap no thread needs stays out of use until its runs go
+ * back. Two threads end at once here, the first (the filler) leaving
+ * 2 MiB of 16 KiB blocks freed in its runs; then threads that use as much
+ * run one after the other while the main thread ticks: each must adopt
+ * the heap the last one left, never the filler's. A tick that took the
+ * queue's head and put it behind the others made them adopt the two heaps
+ * in turn, so that both stayed in use with their memory (churn_threads
+ * kept a fourth heap warm for its three threads at a time). */
+enum { SPARE_BLOCKS = 128, SPARE_BLOCK = 16 * 1024 };
+static void *spare[SPARE_BLOCKS];
+static pthread_barrier_t spare_sync;
+
+static void *
+spare_filler (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (spare, SPARE_BLOCKS, SPARE_BLOCK, 0x2a);
+  free_all (spare, SPARE_BLOCKS);
+  pthread_barrier_wait (&spare_sync);   /* both threads own a heap */
+  return NULL;
+}
+
+static void *
+spare_partner (void *arg)
+{
+  (void) arg;
+  void *p = T (malloc) (64);
+  g_assert_nonnull (p);
+  pthread_barrier_wait (&spare_sync);
+  pthread_barrier_wait (&spare_sync);   /* the filler has exited */
+  T (free) (p);
+  return NULL;
+}
+
+/* Uses as much as the filler's heap holds. */
+static void *
+short_thread (void *arg)
+{
+  (void) arg;
+  void *b[SPARE_BLOCKS];
+  ht_alloc_filled (b, SPARE_BLOCKS, SPARE_BLOCK, 0x2b);
+  free_all (b, SPARE_BLOCKS);
+  return NULL;
+}
+
+/* The refills of heap `id` so far. */
+static uint64_t
+heap_refills (uint64_t id)
+{
+  struct hak_stats s = ht_stats ();
+  g_assert_cmpuint (s.heaps_listed, ==, s.heaps);
+  for (unsigned i = 0; i < s.heaps_listed; i++)
+    if (s.heap[i].id == id)
+      return s.heap[i].refills;
+  g_error ("no heap %llu", (unsigned long long) id);
+}
+
+static void
+test_spare_heap_left_out_of_use (void)
+{
+  if (!ht_in_process_with_decay ("50"))
+    return;
+  ht_keep_allocating ();   /* the main thread has its heap */
+  g_assert_cmpint (pthread_barrier_init (&spare_sync, NULL, 2), ==, 0);
+  pthread_t filler, partner;
+  g_assert_cmpint (pthread_create (&partner, NULL, spare_partner, NULL), ==, 0);
+  g_assert_cmpint (pthread_create (&filler, NULL, spare_filler, NULL), ==, 0);
+  g_assert_cmpint (pthread_join (filler, NULL), ==, 0);
+  pthread_barrier_wait (&spare_sync);
+  g_assert_cmpint (pthread_join (partner, NULL), ==, 0);
+  g_assert_cmpint (pthread_barrier_destroy (&spare_sync), ==, 0);
+  /* the filler's heap: the exited one with the most refills */
+  struct hak_stats s = ht_stats ();
+  uint64_t id = 0, refills = 0;
+  for (unsigned i = 0; i < s.heaps_listed; i++)
+    if (s.heap[i].thread_exited && s.heap[i].refills > refills)
+      {
+        id = s.heap[i].id;
+        refills = s.heap[i].refills;
+      }
+  g_assert_cmpuint (id, !=, 0);
+  /* 8 periods: the main thread ticks several times meanwhile */
+  gint64 end = g_get_monotonic_time () + 8 * 50 * 1000;
+  unsigned threads = 0;
+  while (g_get_monotonic_time () < end)
+    {
+      pthread_t t;
+      g_assert_cmpint (pthread_create (&t, NULL, short_thread, NULL), ==, 0);
+      g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+      ht_keep_allocating ();
+      g_usleep (1000);
+      threads++;
+    }
+  if (heap_refills (id) != refills)
+    g_error ("one of %u threads started one after the other adopted the heap of a thread "
+             "that exited before, not the one its predecessor left", threads);
+}
+
 /* A heap whose size swings keeps, between crests, the free slabs it had in
  * runs at its recent high: giving them back at each trough only to fault
  * them in again at the next crest cost a madvise (and page faults) a few
@@ -632,6 +796,8 @@ main (int argc, char **argv)
   g_test_add_func ("/decay/idle-cache-returned", test_idle_cache_returned);
   g_test_add_func ("/decay/bound-follows-purges", test_bound_follows_purges);
   g_test_add_func ("/decay/kept-runs-released", test_kept_runs_released);
+  g_test_add_func ("/decay/orphan-free-slabs-purged", test_orphan_free_slabs_purged);
+  g_test_add_func ("/decay/spare-heap-left-out-of-use", test_spare_heap_left_out_of_use);
   g_test_add_func ("/decay/swinging-heap-keeps-slabs", test_swinging_heap_keeps_slabs);
   g_test_add_func ("/decay/shrunk-heap-returns-slabs", test_shrunk_heap_returns_slabs);
   g_test_add_func ("/decay/large-swing-kept-then-returned", test_large_swing_kept_then_returned);

@@ -83,6 +83,9 @@ struct hak_heap {
      * and when this epoch began (heap_decay.c, keep_for_recent_high) */
     uint32_t high_now, high_last, high_since;
     uint32_t abandoned_ms;            /* when its thread exited (abandoned heaps only) */
+    /* Abandoned and scavenged once it had waited a decay period: its kept
+     * runs are gone, and it waits behind the heaps still warm (heap_orphans.c) */
+    uint8_t scavenged;
     _Atomic uint32_t active_ms;       /* its owner's last miss (hak_os_clock_ms; borrow() reads it) */
     struct hak_heap *next_all;        /* registry of every heap (stats) */
     struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */

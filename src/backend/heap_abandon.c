@@ -10,6 +10,7 @@ struct hak_heap *hak_heap_acquire(void) {
         /* no recent high yet (see keep_for_recent_high) */
         hak_spin_lock(&h->lock);
         atomic_store_explicit(&h->orphaned, 0, memory_order_relaxed);
+        h->scavenged = 0;
         h->high_now = h->high_last = 0;
         h->high_since = hak_os_clock_ms();
         h->dropped_bytes = 0;   /* the exited thread's fall says nothing either */
@@ -36,6 +37,7 @@ void hak_heap_abandon(struct hak_heap *h) {
     hak_heap_decay(h);
     hak_heap_trim(h);
     h->abandoned_ms = hak_os_clock_ms();
+    h->scavenged = 0;   /* warm: the next thread to start adopts it */
     int fed = h->fed_orphans;
     h->fed_orphans = 0;
     hak_spin_unlock(&h->lock);

@@ -26,7 +26,8 @@ struct hak_heap_registry {
     hak_spinlock_t lock;
     struct hak_heap *all;   /* written under lock with release; a heap's next_all never changes */
     struct hak_heap *abandoned, *abandoned_tail;
-    size_t nabandoned;
+    struct hak_heap *warm_tail;   /* the last one not scavenged (heap_orphans.c) */
+    size_t nabandoned, nwarm;
 };
 HAK_DATA struct hak_heap_registry hak_heaps;
 
