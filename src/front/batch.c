@@ -13,12 +13,22 @@ void hak_cache_limits_init(int tiny, uint32_t (*capacity)(unsigned cls)) {
         if (hak_class_is_tiny(c) == tiny) hak_bin_limit[c] = capacity(c);
 }
 
+static uint32_t bin_start(unsigned cls) {
+    return hak_bin_limit[cls] < HAK_BIN_START ? hak_bin_limit[cls] : HAK_BIN_START;
+}
+
+/* Every bin unprimed: empty, no room (front/front.h, HAK_SEND_HOME_MAX). */
 void hak_cache_thread_init(struct hak_tls *t) {
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
-        uint32_t lim = hak_bin_limit[c];
-        t->bins[c].room = t->bins[c].max = lim < HAK_BIN_START ? lim : HAK_BIN_START;
+    for (unsigned c = 0; c < HAK_NBINS; c++) {
+        t->bins[c].room = t->bins[c].max = 0;
+        t->sent_home[c] = 0;
     }
-    /* bins[HAK_CLASS_INVALID] stays empty with no room: never a hit */
+    /* bins[HAK_CLASS_INVALID] stays so: never a hit */
+}
+
+/* An unprimed bin gets its starting room. */
+static void bin_prime(struct hak_bin *b, unsigned cls) {
+    if (!b->max) b->room = b->max = bin_start(cls);
 }
 
 /* Doubles b's capacity, up to the class's limit; the new room is free. */
@@ -48,8 +58,7 @@ void hak_cache_trim_idle(struct hak_tls *t) {
             hak_heap_flush(h, b, n, 0);
             h->st.idle_bins++;
             h->st.idle_bin_blocks += n;
-            uint32_t start = hak_bin_limit[c] < HAK_BIN_START ? hak_bin_limit[c] : HAK_BIN_START;
-            b->room = b->max = start;   /* empty now */
+            b->room = b->max = bin_start(c);   /* empty now */
         }
         h->bin_mark[c] = b->head;
     }
@@ -66,6 +75,7 @@ static struct hak_bin *larger_bin_with_block(struct hak_tls *t, unsigned cls) {
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
+    bin_prime(b, cls);
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     struct hak_bin *spare = NULL;
@@ -92,7 +102,17 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
  * mallocs do not use the class (a consumer freeing what another thread
  * made), so it keeps none and sends them all back to their owners. */
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
-    struct hak_bin *b = &t->bins[cls];   /* full: no room */
+    struct hak_bin *b = &t->bins[cls];   /* full or unprimed: no room */
+    if (HAK_UNLIKELY(!b->max)) {
+        /* another heap's block goes home while the thread has not
+         * malloc'ed the class (front/front.h, HAK_SEND_HOME_MAX) */
+        if (t->sent_home[cls] < HAK_SEND_HOME_MAX && hak_ss_owner(hak_ss_of(p)) != t->heap) {
+            t->sent_home[cls]++;
+            hak_cache_free_to_heap(t, p);
+            return;
+        }
+        bin_prime(b, cls);
+    }
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room) {
         int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
