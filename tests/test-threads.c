@@ -1073,6 +1073,79 @@ test_given_block_goes_home (void)
   g_test_trap_assert_passed ();
 }
 
+/* A full bin's batch of another heap's blocks waits for the next thread
+ * that misses on the class, which takes it whole, rather than going home
+ * to an owner that does not need it (backend/transfer.h); malloc_trim
+ * sends what waits home. The owner stays alive and busy with nothing: its
+ * blocks come back to a third thread only through the cache. */
+enum { PASSED_BLOCKS = 64, PASSED_SIZE = 64 };
+static void *passed[PASSED_BLOCKS];
+static ht_stage passed_stage = HT_STAGE_INIT;
+
+static void *
+passing_owner (void *arg)
+{
+  ht_alloc_filled (passed, PASSED_BLOCKS, PASSED_SIZE, 0x2d);
+  ht_stage_set (&passed_stage, 1);
+  ht_stage_wait (&passed_stage, 2);   /* alive until the test is done */
+  return arg;
+}
+
+static void *
+passing_consumer (void *arg)
+{
+  for (int i = 0; i < PASSED_BLOCKS; i++)
+    T (free) (passed[i]);
+  return arg;
+}
+
+static void *
+passing_taker (void *arg)
+{
+  (void) arg;
+  void *p = T (malloc) (PASSED_SIZE);
+  g_assert_nonnull (p);
+  return p;
+}
+
+/* 1 if a fresh thread's first malloc of the class gets one of the
+ * owner's blocks. */
+static gboolean
+taker_gets_passed_block (void)
+{
+  void *p = join (spawn (passing_taker, NULL));
+  gboolean found = FALSE;
+  for (int i = 0; i < PASSED_BLOCKS; i++)
+    found |= p == passed[i];
+  T (free) (p);
+  return found;
+}
+
+static void
+test_full_bin_batch_passes_on (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache bins, no batches"))
+    return;
+  if (g_test_subprocess ())
+    {
+      T (free) (T (malloc) (16));   /* this thread has a heap: malloc_trim works through it */
+      pthread_t owner = spawn (passing_owner, NULL);
+      ht_stage_wait (&passed_stage, 1);
+      join (spawn (passing_consumer, NULL));
+      g_assert_true (taker_gets_passed_block ());
+      /* what still waits goes home: the next taker carves its own */
+      T (malloc_trim) (0);
+      g_assert_false (taker_gets_passed_block ());
+      ht_stage_set (&passed_stage, 2);
+      join (owner);
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no batch goes home on the clock, no heap lends */
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
 /* A thread that frees blocks of several heaps mixed (a consumer fed by
  * several producers) sends each batch with one push per owner: its flush
  * gathers the blocks by owner; a push at every change of owner would
@@ -1447,6 +1520,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
   g_test_add_func ("/threads/consumer-pushes-per-owner", test_consumer_pushes_per_owner);
   g_test_add_func ("/threads/given-block-goes-home", test_given_block_goes_home);
+  g_test_add_func ("/threads/full-bin-batch-passes-on", test_full_bin_batch_passes_on);
   g_test_add_func ("/threads/orphan-inbox-collected", test_orphan_inbox_collected);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);

@@ -3,6 +3,8 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
+#include "backend/transfer.h"
+#include "base/options.h"
 #include "base/bin.h"
 #include "base/link_guard.h"
 
@@ -51,6 +53,7 @@ void hak_cache_trim_idle(struct hak_tls *t) {
     struct hak_heap *h = t->heap;
     if (h->bins_seen_tick == h->st.decay_ticks) return;
     h->bins_seen_tick = h->st.decay_ticks;
+    hak_xfer_send_idle(h, (uint32_t)hak_opt(HAK_OPT_DECAY_MS));
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_bin *b = &t->bins[c];
         if (b->head && b->head == h->bin_mark[c]) {
@@ -82,7 +85,14 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     if (!hak_class_is_tiny(cls) && t->standins[cls] < HAK_STANDIN_MAX)
         spare = larger_bin_with_block(t, cls);
     void *p;
-    if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
+    unsigned got;
+    if (hak_class_is_tiny(cls) && (got = hak_xfer_take(cls, b)) != 0) {
+        /* a batch another thread's bin gave up (backend/transfer.h) */
+        t->heap->st.refills++;
+        t->heap->st.refilled_blocks += got;
+        t->heap->st.class_refills[cls]++;
+        p = hak_bin_pop(b, b->head);
+    } else if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
         p = hak_bin_pop(b, b->head);
     } else if (spare) {
         /* nothing of cls resident: rather than carve new pages, hand out
@@ -116,7 +126,15 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room) {
         int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
-        hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0), 0);
+        unsigned n = hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0);
+        /* a batch that starts with another heap's block waits for the next
+         * thread that misses on the class (backend/transfer.h); the
+         * thread's own blocks go back to their runs */
+        if (hak_class_is_tiny(cls) && hak_ss_owner(hak_ss_of(b->head)) != t->heap &&
+            hak_xfer_put(cls, b, n))
+            t->heap->st.remote_blocks += n;
+        else
+            hak_heap_flush(t->heap, b, n, 0);
     }
     hak_bin_push(b, p);
     hak_cache_trim_idle(t);
