@@ -7,30 +7,16 @@
 #include "base/link_guard.h"
 #include "os/os.h"
 
-struct xfer_batch {
-    void *first, *last;
-    uint32_t n;
-    uint32_t put_ms;   /* when it came (hak_os_clock_ms) */
-};
-
-/* One class's batches, oldest first; a cache line or two of its own, away
- * from the other classes' locks. */
-struct xfer_class {
-    _Alignas(64) hak_spinlock_t lock;
-    _Atomic uint32_t used;   /* read without the lock as a hint */
-    struct xfer_batch b[HAK_XFER_SLOTS];
-};
-
-static struct xfer_class xfer[HAK_NBINS] = {
+struct hak_xfer_class hak_xfer[HAK_NBINS] = {
     [0 ... HAK_NBINS - 1] = { .lock = HAK_SPINLOCK_INIT },
 };
 
-static uint32_t used_hint(const struct xfer_class *x) {
+static uint32_t used_hint(const struct hak_xfer_class *x) {
     return atomic_load_explicit(&x->used, memory_order_relaxed);
 }
 
 int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n) {
-    struct xfer_class *x = &xfer[cls];
+    struct hak_xfer_class *x = &hak_xfer[cls];
     if (!n || !b->head || used_hint(x) >= HAK_XFER_SLOTS) return 0;
     /* cut the batch off the bin first: its links are the freeing thread's
      * own writes, in its cache, and the lock is not held meanwhile */
@@ -49,14 +35,14 @@ int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n) {
     b->head = hak_list_get(last);
     hak_list_set(last, NULL);
     b->room += got;
-    x->b[u] = (struct xfer_batch){ first, last, got, hak_os_clock_ms() };
+    x->b[u] = (struct hak_xfer_batch){ first, last, got, hak_os_clock_ms() };
     atomic_store_explicit(&x->used, u + 1, memory_order_relaxed);
     hak_spin_unlock(&x->lock);
     return 1;
 }
 
 unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
-    struct xfer_class *x = &xfer[cls];
+    struct hak_xfer_class *x = &hak_xfer[cls];
     if (!used_hint(x)) return 0;
     hak_spin_lock(&x->lock);
     uint32_t u = atomic_load_explicit(&x->used, memory_order_relaxed);
@@ -64,7 +50,7 @@ unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
         hak_spin_unlock(&x->lock);
         return 0;
     }
-    struct xfer_batch t = x->b[u - 1];   /* the newest: its lines are the likeliest still cached */
+    struct hak_xfer_batch t = x->b[u - 1];   /* the newest: its lines are the likeliest still cached */
     atomic_store_explicit(&x->used, u - 1, memory_order_relaxed);
     hak_spin_unlock(&x->lock);
     hak_list_set(t.last, b->head);
@@ -80,9 +66,9 @@ unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
 void hak_xfer_send_idle(struct hak_heap *h, uint32_t period) {
     uint32_t now = hak_os_clock_ms();
     for (unsigned c = 0; c < HAK_NBINS; c++) {
-        struct xfer_class *x = &xfer[c];
+        struct hak_xfer_class *x = &hak_xfer[c];
         if (!used_hint(x)) continue;
-        struct xfer_batch gone[HAK_XFER_SLOTS];
+        struct hak_xfer_batch gone[HAK_XFER_SLOTS];
         unsigned k = 0;
         hak_spin_lock(&x->lock);
         uint32_t u = atomic_load_explicit(&x->used, memory_order_relaxed);
@@ -101,7 +87,7 @@ void hak_xfer_send_idle(struct hak_heap *h, uint32_t period) {
 }
 
 int hak_xfer_holds(const void *p, unsigned cls) {
-    struct xfer_class *x = &xfer[cls];
+    struct hak_xfer_class *x = &hak_xfer[cls];
     if (!used_hint(x)) return 0;
     int found = 0;
     hak_spin_lock(&x->lock);
@@ -116,9 +102,9 @@ int hak_xfer_holds(const void *p, unsigned cls) {
 }
 
 void hak_xfer_fork_prepare(void) {
-    for (unsigned c = 0; c < HAK_NBINS; c++) hak_spin_fork_take(&xfer[c].lock);
+    for (unsigned c = 0; c < HAK_NBINS; c++) hak_spin_fork_take(&hak_xfer[c].lock);
 }
 void hak_xfer_fork_parent(void) {
-    for (unsigned c = 0; c < HAK_NBINS; c++) hak_spin_fork_release(&xfer[c].lock);
+    for (unsigned c = 0; c < HAK_NBINS; c++) hak_spin_fork_release(&hak_xfer[c].lock);
 }
 void hak_xfer_fork_child(void) { hak_xfer_fork_parent(); }

@@ -22,9 +22,32 @@
 
 #include "base/tls.h"
 
+#include <stdatomic.h>
+
 struct hak_heap;
 
 #define HAK_XFER_SLOTS 4u
+
+struct hak_xfer_batch {
+    void *first, *last;
+    uint32_t n;
+    uint32_t put_ms;   /* when it came (hak_os_clock_ms) */
+};
+
+/* One class's batches, oldest first; a cache line or two of its own, away
+ * from the other classes' locks. */
+struct hak_xfer_class {
+    _Alignas(64) hak_spinlock_t lock;
+    _Atomic uint32_t used;   /* read without the lock as a hint */
+    struct hak_xfer_batch b[HAK_XFER_SLOTS];
+};
+HAK_DATA struct hak_xfer_class hak_xfer[HAK_NBINS];
+
+/* 1 when class cls may have a batch waiting: a hint, read without the
+ * lock, so that a refill of a class with none costs a load, not a call. */
+static inline int hak_xfer_waiting(unsigned cls) {
+    return atomic_load_explicit(&hak_xfer[cls].used, memory_order_relaxed) != 0;
+}
 
 /* Moves the first n blocks of bin b (of tiny class cls) into the cache as
  * one batch and returns 1, or returns 0 (nothing moved) when the class has

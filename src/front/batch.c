@@ -86,7 +86,7 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
         spare = larger_bin_with_block(t, cls);
     void *p;
     unsigned got;
-    if (hak_class_is_tiny(cls) && (got = hak_xfer_take(cls, b)) != 0) {
+    if (hak_class_is_tiny(cls) && hak_xfer_waiting(cls) && (got = hak_xfer_take(cls, b)) != 0) {
         /* a batch another thread's bin gave up (backend/transfer.h) */
         t->heap->st.refills++;
         t->heap->st.refilled_blocks += got;
