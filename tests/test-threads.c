@@ -1009,6 +1009,143 @@ test_consumer_keeps_few_blocks (void)
   g_test_trap_assert_passed ();
 }
 
+/* A thread given a block another thread allocated (a dispatcher's
+ * request) frees it and mallocs one of the same size for itself: it gets
+ * a block of its own heap, not the one it freed. Given back at once, that
+ * block (and the next ones) would sit beside the blocks the dispatcher
+ * made for the other threads, and the threads' writes would share cache
+ * lines for good (front/front.h, HAK_SEND_HOME_MAX). */
+enum { SHARED_WORKERS = 4, SHARED_ROUNDS = 4, SHARED_SIZE = 16, CACHE_LINE = 64 };
+static void *dispatched[SHARED_WORKERS];
+static void *worker_blocks[SHARED_WORKERS][SHARED_ROUNDS];
+static pthread_barrier_t shared_sync;
+
+static void *
+dispatched_worker (void *arg)
+{
+  intptr_t k = (intptr_t) arg;
+  pthread_barrier_wait (&shared_sync);   /* all alive: each has a heap of its own */
+  void *p = dispatched[k];
+  for (int r = 0; r < SHARED_ROUNDS; r++)
+    {
+      memset (p, 0x5a, SHARED_SIZE);
+      T (free) (p);
+      p = T (malloc) (SHARED_SIZE);
+      g_assert_nonnull (p);
+      worker_blocks[k][r] = p;
+    }
+  pthread_barrier_wait (&shared_sync);   /* the others have checked theirs */
+  T (free) (p);
+  return NULL;
+}
+
+static void
+test_given_block_goes_home (void)
+{
+  if (g_test_subprocess ())
+    {
+      g_assert_cmpint (pthread_barrier_init (&shared_sync, NULL, SHARED_WORKERS + 1), ==, 0);
+      for (int k = 0; k < SHARED_WORKERS; k++)   /* in a row: neighbours */
+        dispatched[k] = T (malloc) (SHARED_SIZE);
+      uintptr_t lines[SHARED_WORKERS];
+      for (int k = 0; k < SHARED_WORKERS; k++)
+        lines[k] = (uintptr_t) dispatched[k] / CACHE_LINE;
+      pthread_t t[SHARED_WORKERS];
+      for (intptr_t k = 0; k < SHARED_WORKERS; k++)
+        t[k] = spawn (dispatched_worker, (void *) k);
+      pthread_barrier_wait (&shared_sync);
+      pthread_barrier_wait (&shared_sync);   /* every worker is done with its rounds */
+      for (int k = 0; k < SHARED_WORKERS; k++)
+        for (int r = 0; r < SHARED_ROUNDS; r++)
+          for (int j = 0; j < SHARED_WORKERS; j++)
+            if ((uintptr_t) worker_blocks[k][r] / CACHE_LINE == lines[j])
+              g_error ("worker %d got %p in round %d, on the cache line of the block made for worker %d (%p)",
+                       k, worker_blocks[k][r], r, j, dispatched[j]);
+      for (int k = 0; k < SHARED_WORKERS; k++)
+        join (t[k]);
+      g_assert_cmpint (pthread_barrier_destroy (&shared_sync), ==, 0);
+      return;
+    }
+  /* no heap is idle long enough to lend its blocks (borrow, backend/heap_refill.c) */
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
+/* A full bin's batch of another heap's blocks waits for the next thread
+ * that misses on the class, which takes it whole, rather than going home
+ * to an owner that does not need it (backend/transfer.h); malloc_trim
+ * sends what waits home. The owner stays alive and busy with nothing: its
+ * blocks come back to a third thread only through the cache. */
+enum { PASSED_BLOCKS = 64, PASSED_SIZE = 64 };
+static void *passed[PASSED_BLOCKS];
+static ht_stage passed_stage = HT_STAGE_INIT;
+
+static void *
+passing_owner (void *arg)
+{
+  ht_alloc_filled (passed, PASSED_BLOCKS, PASSED_SIZE, 0x2d);
+  ht_stage_set (&passed_stage, 1);
+  ht_stage_wait (&passed_stage, 2);   /* alive until the test is done */
+  return arg;
+}
+
+static void *
+passing_consumer (void *arg)
+{
+  for (int i = 0; i < PASSED_BLOCKS; i++)
+    T (free) (passed[i]);
+  return arg;
+}
+
+static void *
+passing_taker (void *arg)
+{
+  (void) arg;
+  void *p = T (malloc) (PASSED_SIZE);
+  g_assert_nonnull (p);
+  return p;
+}
+
+/* 1 if a fresh thread's first malloc of the class gets one of the
+ * owner's blocks. */
+static gboolean
+taker_gets_passed_block (void)
+{
+  void *p = join (spawn (passing_taker, NULL));
+  gboolean found = FALSE;
+  for (int i = 0; i < PASSED_BLOCKS; i++)
+    found |= p == passed[i];
+  T (free) (p);
+  return found;
+}
+
+static void
+test_full_bin_batch_passes_on (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache bins, no batches"))
+    return;
+  if (g_test_subprocess ())
+    {
+      T (free) (T (malloc) (16));   /* this thread has a heap: malloc_trim works through it */
+      pthread_t owner = spawn (passing_owner, NULL);
+      ht_stage_wait (&passed_stage, 1);
+      join (spawn (passing_consumer, NULL));
+      g_assert_true (taker_gets_passed_block ());
+      /* what still waits goes home: the next taker carves its own */
+      T (malloc_trim) (0);
+      g_assert_false (taker_gets_passed_block ());
+      ht_stage_set (&passed_stage, 2);
+      join (owner);
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no batch goes home on the clock, no heap lends */
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
 /* A thread that frees blocks of several heaps mixed (a consumer fed by
  * several producers) sends each batch with one push per owner: its flush
  * gathers the blocks by owner; a push at every change of owner would
@@ -1061,8 +1198,9 @@ test_consumer_pushes_per_owner (void)
       g_assert_cmpuint (frees, >=, (unsigned long long) MIXED_OWNERS * MIXED_BLOCKS);
       /* batches of 8 blocks (a bin of a class the thread only frees,
        * src/front/batch.c), 4 of each owner: 2 pushes a batch (1 a block
-       * before) */
-      g_assert_cmpuint (pushes, <=, frees / 4);
+       * before), after the first 8 frees, each sent home on its own
+       * while the bin was unprimed (front/front.h, HAK_SEND_HOME_MAX) */
+      g_assert_cmpuint (pushes, <=, frees / 4 + FREE_ONLY_BATCH);
       return;
     }
   g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
@@ -1381,6 +1519,8 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/borrowed-double-free", test_borrowed_double_free);
   g_test_add_func ("/threads/consumer-keeps-few-blocks", test_consumer_keeps_few_blocks);
   g_test_add_func ("/threads/consumer-pushes-per-owner", test_consumer_pushes_per_owner);
+  g_test_add_func ("/threads/given-block-goes-home", test_given_block_goes_home);
+  g_test_add_func ("/threads/full-bin-batch-passes-on", test_full_bin_batch_passes_on);
   g_test_add_func ("/threads/orphan-inbox-collected", test_orphan_inbox_collected);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);

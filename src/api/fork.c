@@ -6,6 +6,7 @@
 #include "backend/large.h"
 #include "os/os.h"
 #include "backend/superslab.h"
+#include "backend/transfer.h"
 
 #include <pthread.h>
 #include <sys/single_threaded.h>
@@ -26,6 +27,7 @@ static hak_spinlock_t fork_lock = HAK_SPINLOCK_INIT;
 static void fork_prepare(void) {
     hak_spin_lock(&fork_lock);
     hak_heap_fork_prepare();
+    hak_xfer_fork_prepare();
     hak_ss_fork_prepare();
     hak_large_fork_prepare();
     hak_os_fork_prepare();
@@ -38,6 +40,7 @@ static void fork_parent(void) {
     hak_os_fork_parent();
     hak_large_fork_parent();
     hak_ss_fork_parent();
+    hak_xfer_fork_parent();
     hak_heap_fork_parent();
     hak_spin_unlock(&fork_lock);
 }
@@ -47,6 +50,7 @@ static void fork_child(void) {
     hak_os_fork_child();
     hak_large_fork_child();
     hak_ss_fork_child();
+    hak_xfer_fork_child();
     hak_heap_fork_child();
     /* This handler running proves the registration done, even if the
      * fork landed before the registering thread, absent here, said so. */

@@ -11,6 +11,7 @@
 #include "base/tls.h"
 #include "front/front.h"
 #include "backend/heap.h"
+#include "backend/transfer.h"
 #include "backend/large.h"
 #include "backend/superslab.h"
 
@@ -19,6 +20,7 @@ int hak_release_unused(void) {
     size_t released = 0;
     if (t->state == 1 && t->heap) {
         hak_cache_flush_all(t, 0);
+        hak_xfer_send_idle(t->heap, 0);   /* every batch waiting for a thread */
         released += hak_heap_release_unused(t->heap);
     }
     released += hak_heap_release_empty_elsewhere(t->state == 1 ? t->heap : NULL);

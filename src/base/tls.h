@@ -14,7 +14,7 @@ struct hak_heap;
 struct hak_bin {
     void *head;
     uint32_t room;    /* blocks it can still take: free tests one field */
-    uint32_t max;     /* capacity; 0 = caches nothing (box "none", invalid class) */
+    uint32_t max;     /* capacity; 0 = unprimed (front/front.h) or caches nothing (box "none", invalid class) */
 };
 
 struct hak_tls {
@@ -26,6 +26,10 @@ struct hak_tls {
     /* misses of each class served by a larger block from another of its
      * bins, at most HAK_STANDIN_MAX (front/front.h) */
     uint8_t standins[HAK_NBINS];
+    /* blocks of each class freed while its bin was unprimed (max 0) and
+     * sent straight to the heaps that own them, at most HAK_SEND_HOME_MAX
+     * (front/front.h) */
+    uint8_t sent_home[HAK_NBINS];
     int state;        /* 0 new, 1 live, 2 torn down (thread exiting) */
 };
 

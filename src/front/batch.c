@@ -3,6 +3,8 @@
  * touched once per batch, not once per call. */
 #include "front/front.h"
 #include "backend/heap.h"
+#include "backend/transfer.h"
+#include "base/options.h"
 #include "base/bin.h"
 #include "base/link_guard.h"
 
@@ -13,12 +15,22 @@ void hak_cache_limits_init(int tiny, uint32_t (*capacity)(unsigned cls)) {
         if (hak_class_is_tiny(c) == tiny) hak_bin_limit[c] = capacity(c);
 }
 
+static uint32_t bin_start(unsigned cls) {
+    return hak_bin_limit[cls] < HAK_BIN_START ? hak_bin_limit[cls] : HAK_BIN_START;
+}
+
+/* Every bin unprimed: empty, no room (front/front.h, HAK_SEND_HOME_MAX). */
 void hak_cache_thread_init(struct hak_tls *t) {
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
-        uint32_t lim = hak_bin_limit[c];
-        t->bins[c].room = t->bins[c].max = lim < HAK_BIN_START ? lim : HAK_BIN_START;
+    for (unsigned c = 0; c < HAK_NBINS; c++) {
+        t->bins[c].room = t->bins[c].max = 0;
+        t->sent_home[c] = 0;
     }
-    /* bins[HAK_CLASS_INVALID] stays empty with no room: never a hit */
+    /* bins[HAK_CLASS_INVALID] stays so: never a hit */
+}
+
+/* An unprimed bin gets its starting room. */
+static void bin_prime(struct hak_bin *b, unsigned cls) {
+    if (!b->max) b->room = b->max = bin_start(cls);
 }
 
 /* Doubles b's capacity, up to the class's limit; the new room is free. */
@@ -41,6 +53,7 @@ void hak_cache_trim_idle(struct hak_tls *t) {
     struct hak_heap *h = t->heap;
     if (h->bins_seen_tick == h->st.decay_ticks) return;
     h->bins_seen_tick = h->st.decay_ticks;
+    hak_xfer_send_idle(h, (uint32_t)hak_opt(HAK_OPT_DECAY_MS));
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_bin *b = &t->bins[c];
         if (b->head && b->head == h->bin_mark[c]) {
@@ -48,8 +61,7 @@ void hak_cache_trim_idle(struct hak_tls *t) {
             hak_heap_flush(h, b, n, 0);
             h->st.idle_bins++;
             h->st.idle_bin_blocks += n;
-            uint32_t start = hak_bin_limit[c] < HAK_BIN_START ? hak_bin_limit[c] : HAK_BIN_START;
-            b->room = b->max = start;   /* empty now */
+            b->room = b->max = bin_start(c);   /* empty now */
         }
         h->bin_mark[c] = b->head;
     }
@@ -66,13 +78,21 @@ static struct hak_bin *larger_bin_with_block(struct hak_tls *t, unsigned cls) {
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
+    bin_prime(b, cls);
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     struct hak_bin *spare = NULL;
     if (!hak_class_is_tiny(cls) && t->standins[cls] < HAK_STANDIN_MAX)
         spare = larger_bin_with_block(t, cls);
     void *p;
-    if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
+    unsigned got;
+    if (hak_class_is_tiny(cls) && hak_xfer_waiting(cls) && (got = hak_xfer_take(cls, b)) != 0) {
+        /* a batch another thread's bin gave up (backend/transfer.h) */
+        t->heap->st.refills++;
+        t->heap->st.refilled_blocks += got;
+        t->heap->st.class_refills[cls]++;
+        p = hak_bin_pop(b, b->head);
+    } else if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
         p = hak_bin_pop(b, b->head);
     } else if (spare) {
         /* nothing of cls resident: rather than carve new pages, hand out
@@ -92,11 +112,29 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
  * mallocs do not use the class (a consumer freeing what another thread
  * made), so it keeps none and sends them all back to their owners. */
 void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
-    struct hak_bin *b = &t->bins[cls];   /* full: no room */
+    struct hak_bin *b = &t->bins[cls];   /* full or unprimed: no room */
+    if (HAK_UNLIKELY(!b->max)) {
+        /* another heap's block goes home while the thread has not
+         * malloc'ed the class (front/front.h, HAK_SEND_HOME_MAX) */
+        if (t->sent_home[cls] < HAK_SEND_HOME_MAX && hak_ss_owner(hak_ss_of(p)) != t->heap) {
+            t->sent_home[cls]++;
+            hak_cache_free_to_heap(t, p);
+            return;
+        }
+        bin_prime(b, cls);
+    }
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room) {
         int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
-        hak_heap_flush(t->heap, b, hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0), 0);
+        unsigned n = hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0);
+        /* a batch that starts with another heap's block waits for the next
+         * thread that misses on the class (backend/transfer.h); the
+         * thread's own blocks go back to their runs */
+        if (hak_class_is_tiny(cls) && hak_ss_owner(hak_ss_of(b->head)) != t->heap &&
+            hak_xfer_put(cls, b, n))
+            t->heap->st.remote_blocks += n;
+        else
+            hak_heap_flush(t->heap, b, n, 0);
     }
     hak_bin_push(b, p);
     hak_cache_trim_idle(t);

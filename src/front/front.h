@@ -41,6 +41,20 @@ HAK_DATA const struct hak_cache_ops *hak_front;
  * keeping a full bin. */
 #define HAK_BIN_START 4u
 #define HAK_BIN_FREE_MAX 8u
+/* A thread's bins start unprimed: capacity 0, so the first free of a class
+ * misses too. Freeing a block of another heap into a bin of a class the
+ * thread has not malloc'ed hands that block to the thread's next malloc of
+ * the class: a thread given an object another thread allocated (a
+ * dispatcher's request, a counter) then lives in that thread's memory,
+ * beside the blocks given to other threads, for good, and the threads'
+ * writes fight over cache lines (false_sharing ran at half the speed of
+ * allocators that return such a block to its owner). So such a free sends
+ * the block home, and the bin is primed (HAK_BIN_START of room) by the
+ * thread's first malloc miss of the class, which takes blocks of its own
+ * heap, or after HAK_SEND_HOME_MAX frees sent home, so that a thread that
+ * only frees a class (a consumer) still sends its blocks back in batches.
+ * Blocks of the thread's own heap (one it adopted) prime the bin at once. */
+#define HAK_SEND_HOME_MAX 8u
 HAK_DATA uint32_t hak_bin_limit[HAK_NBINS];
 
 /* A mid-size miss that finds no free block of its class resident in the

@@ -9,6 +9,7 @@
 #include "base/tls.h"
 #include "base/track.h"
 #include "backend/heap.h"
+#include "backend/transfer.h"
 #include "os/os.h"
 
 #include <link.h>
@@ -37,6 +38,9 @@ int hak_small_is_free(void *p, unsigned cls) {
      * it in that thread's heap, which it would otherwise go on to adopt,
      * block and all, and hand out twice */
     struct hak_heap *mine = t->state == 1 ? t->heap : NULL;
+    /* a batch a full bin gave up, waiting for any thread (backend/transfer.h) */
+    for (unsigned c = cls; c >= HAK_CLASS_FIRST && 2 * hak_class_size[c] >= hak_class_size[cls]; c--)
+        if ((c == cls || hak_class_stands_in(cls, c)) && hak_xfer_holds(p, c)) return 1;
     if (mine) {
         /* its own class's bin, or that of a smaller class it was handed
          * to while free (backend/heap_refill.c, refill_from_larger) */

@@ -1,0 +1,69 @@
+/* The transfer cache: batches of free blocks of other heaps that a thread's
+ * full bin gave up, kept for the next thread whose bin of that class runs
+ * empty, instead of being sent home at once.
+ *
+ * When threads free what other threads allocated (pipelines, rings, a
+ * consumer fed by producers), a full bin's batch sent home costs its
+ * owner a drain and a walk of the blocks' links, each a cache line the
+ * freeing core wrote last; and each heap's runs keep the free blocks sent
+ * to it until its own thread misses, while the thread that freed them
+ * carves new ones. Kept here, the batch goes whole, with no walk, to the
+ * next bin of its class that misses, whatever its heap: that thread's
+ * mallocs touch each block once, as they would have had it stayed in the
+ * freeing thread's bin. thread_ring 8 and 32 threads: docs/PERFORMANCE.md,
+ * "Remote frees and idle heaps".
+ *
+ * A few batches a class (HAK_XFER_SLOTS of at most half a bin each, tiny
+ * classes only); a batch that finds no free slot goes home as before. A
+ * batch left for a decay period goes home (hak_xfer_send_idle); so does
+ * every batch on memory pressure and malloc_trim. */
+#ifndef HAK_TRANSFER_H
+#define HAK_TRANSFER_H
+
+#include "base/tls.h"
+
+#include <stdatomic.h>
+
+struct hak_heap;
+
+#define HAK_XFER_SLOTS 4u
+
+struct hak_xfer_batch {
+    void *first, *last;
+    uint32_t n;
+    uint32_t put_ms;   /* when it came (hak_os_clock_ms) */
+};
+
+/* One class's batches, oldest first; a cache line or two of its own, away
+ * from the other classes' locks. */
+struct hak_xfer_class {
+    _Alignas(64) hak_spinlock_t lock;
+    _Atomic uint32_t used;   /* read without the lock as a hint */
+    struct hak_xfer_batch b[HAK_XFER_SLOTS];
+};
+HAK_DATA struct hak_xfer_class hak_xfer[HAK_NBINS];
+
+/* 1 when class cls may have a batch waiting: a hint, read without the
+ * lock, so that a refill of a class with none costs a load, not a call. */
+static inline int hak_xfer_waiting(unsigned cls) {
+    return atomic_load_explicit(&hak_xfer[cls].used, memory_order_relaxed) != 0;
+}
+
+/* Moves the first n blocks of bin b (of tiny class cls) into the cache as
+ * one batch and returns 1, or returns 0 (nothing moved) when the class has
+ * no free slot. */
+int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n);
+/* Moves the newest batch of class cls onto the empty bin b and returns its
+ * blocks (b's room goes down by as many, not below 0), or 0 if none. */
+unsigned hak_xfer_take(unsigned cls, struct hak_bin *b);
+/* Batches kept period ms or more go home through h (the caller's heap,
+ * not locked: their blocks go to their runs or their owners' inboxes).
+ * period 0: every batch. */
+void hak_xfer_send_idle(struct hak_heap *h, uint32_t period);
+/* 1 if p is in a batch of class cls (double-free check; slow). */
+int hak_xfer_holds(const void *p, unsigned cls);
+void hak_xfer_fork_prepare(void);
+void hak_xfer_fork_parent(void);
+void hak_xfer_fork_child(void);
+
+#endif
