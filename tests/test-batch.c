@@ -122,6 +122,44 @@ test_refill_takes_whole_list (void)
     run_in_thread (whole_list_then_shrink, NULL);
 }
 
+/* A thread that has just started has small bins (they double at each
+ * refill, front/front.h): one that adopts the heap of a thread that
+ * freed a thousand blocks of a run takes only a few of them at its first
+ * miss, not the run's whole list (at most 8 times its bin's size). */
+static void *
+alloc_and_free_run (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (blocks, IN_RUN, SMALL, 0x21);
+  free_shuffled (blocks, IN_RUN, 5);
+  return NULL;
+}
+
+static void *
+first_refill_is_small (void *arg)
+{
+  (void) arg;
+  size_t n = 0;
+  unsigned long long got = alloc_until_refill (blocks, &n);
+  g_test_message ("first refill of the successor: %llu blocks", got);
+  g_assert_cmpuint (n, ==, 1);
+  g_assert_cmpuint (got, <=, 8 * 8);
+  T (free) (blocks[0]);
+  return NULL;
+}
+
+static void
+test_small_bin_takes_part_of_list (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: no bin to refill"))
+    return;
+  if (!in_fresh_process ("60000"))
+    return;
+  run_in_thread (alloc_and_free_run, NULL);
+  g_assert_cmpuint (ht_stats ().heaps, >=, 2);   /* the exited thread's heap waits */
+  run_in_thread (first_refill_is_small, NULL);   /* and is adopted */
+}
+
 /* 1,000-byte blocks (63 a run of one slab) of 64 runs freed in a random
  * order: each flushed block is a stretch of its own, and the runs empty
  * one by one in the middle of flushes. With the clock off an emptied run
@@ -217,6 +255,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/batch/refill-takes-whole-list", test_refill_takes_whole_list);
+  g_test_add_func ("/batch/small-bin-takes-part-of-list", test_small_bin_takes_part_of_list);
   g_test_add_func ("/batch/scattered-frees-empty-runs", test_scattered_frees_empty_runs);
   g_test_add_func ("/batch/mixed-flush-sends-other-heaps-blocks", test_mixed_flush_sends_other_heaps_blocks);
   return g_test_run ();

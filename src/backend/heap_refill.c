@@ -24,9 +24,11 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
 
 /* Whether an empty bin takes run s's whole free list even past its room:
  * a run of its own class in its thread's heap (not a larger class's, nor
- * an idle heap's it borrows from),
- * a thread's bin (max: hak_heap_take_one's holds one block), and at most
- * a slab's worth of blocks (a tiny class's run is one slab). Cutting
+ * an idle heap's it borrows from), a thread's bin (max: hak_heap_take_one's
+ * holds one block), and at most a slab's worth of blocks (a tiny class's
+ * run is one slab) and HAK_WHOLE_LIST_BINS times the bin's size: a bin
+ * still small (slow start, front/front.h) is a thread's that uses the
+ * class little, and blocks a bin holds keep their runs from emptying. Cutting
  * `want` blocks off a list means following want links first, one cold
  * block each and every load waiting on the last: a tree freed in
  * post-order leaves its runs' lists in random address order, and its
@@ -37,9 +39,11 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
  * holds them (hak_cache_refill_pop and hak_cache_flush_push, front/batch.c,
  * bring it back); the blocks were free and resident in the run, so no
  * new memory is touched. */
+#define HAK_WHOLE_LIST_BINS 8u
 static int takes_whole_list(const struct hak_slab *s, const struct hak_bin *bin, int own) {
     return s->nfree <= bin->room ||
-           (own && bin->max && (uint64_t)s->nfree * s->block_size <= HAK_SLAB_SIZE);
+           (own && s->nfree <= HAK_WHOLE_LIST_BINS * bin->max &&
+            (uint64_t)s->nfree * s->block_size <= HAK_SLAB_SIZE);
 }
 
 /* Moves free blocks of run s onto the bin: its whole free list as it is
