@@ -22,18 +22,47 @@ static unsigned take_free(struct hak_slab *s, struct hak_bin *bin, unsigned want
     return got;
 }
 
+/* Whether an empty bin takes run s's whole free list even past its room:
+ * a run of its own class in its thread's heap (not a larger class's, nor
+ * an idle heap's it borrows from), a thread's bin (max: hak_heap_take_one's
+ * holds one block), and at most a slab's worth of blocks (a tiny class's
+ * run is one slab) and HAK_WHOLE_LIST_BINS times the bin's size: a bin
+ * still small (slow start, front/front.h) is a thread's that uses the
+ * class little, and blocks a bin holds keep their runs from emptying. Cutting
+ * `want` blocks off a list means following want links first, one cold
+ * block each and every load waiting on the last: a tree freed in
+ * post-order leaves its runs' lists in random address order, and its
+ * next round's refills spent about a tenth of its time in that walk
+ * (docs/PERFORMANCE.md, "Refill and carving"). Taken whole, each block
+ * is first touched by the malloc that hands it out, as the program is
+ * about to write it. The bin grows past its size for as long as it
+ * holds them (hak_cache_refill_pop and hak_cache_flush_push, front/batch.c,
+ * bring it back); the blocks were free and resident in the run, so no
+ * new memory is touched. */
+#define HAK_WHOLE_LIST_BINS 8u
+static int takes_whole_list(const struct hak_slab *s, const struct hak_bin *bin, int own) {
+    return s->nfree <= bin->room ||
+           (own && s->nfree <= HAK_WHOLE_LIST_BINS * bin->max &&
+            (uint64_t)s->nfree * s->block_size <= HAK_SLAB_SIZE);
+}
+
 /* Moves free blocks of run s onto the bin: its whole free list as it is
- * when the bin is empty and has room for it (O(1), and no cold block is
- * touched before the program asks for it), else up to want of them. */
-static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
+ * when the bin is empty and may take it (O(1), and no cold block is
+ * touched before the program asks for it: takes_whole_list), else up to
+ * want of them. own: s is a run of the bin's class in its thread's heap. */
+static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned want, int own) {
     unsigned got;
     /* a link that failed its check (base/link_guard.h) ended the list
      * early: the blocks past it are lost, not handed out */
     if (HAK_UNLIKELY(s->nfree && !s->free)) s->nfree = 0;
     if (!s->nfree) {
         got = hak_slab_take_hollow(s, bin, want);   /* their pages fault back in */
-    } else if (!bin->head && s->nfree <= bin->room) {
+    } else if (!bin->head && takes_whole_list(s, bin, own)) {
         got = s->nfree;
+        if (got > bin->room) {   /* the bin grows to hold them */
+            bin->max += got - bin->room;
+            bin->room = got;
+        }
         bin->head = s->free;
         s->free = NULL;
         s->nfree = 0;
@@ -46,12 +75,12 @@ static unsigned take_blocks(struct hak_slab *s, struct hak_bin *bin, unsigned wa
 
 /* take_blocks from a partly used run of h; a run left with nothing to
  * give leaves the partial list. */
-static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want) {
+static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_bin *bin, unsigned want, int own) {
     hak_heap_hollow_dequeue(h, s);   /* in use again */
     if (s->kept) h->empty_slabs -= h->empty_slabs < s->nslabs ? h->empty_slabs : s->nslabs;
     s->kept = 0;
     s->seen_empty = 0;   /* used since the last tick */
-    unsigned got = take_blocks(s, bin, want);
+    unsigned got = take_blocks(s, bin, want, own);
     if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);
         s->state = HAK_SLAB_FULL;
@@ -59,12 +88,13 @@ static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_
     return got;
 }
 
-/* Free blocks of h's runs of class cls, the current run's first. */
-static unsigned take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
+/* Free blocks of h's runs of class cls, the current run's first. own: h
+ * is the bin's thread's heap (a borrower takes no more than want). */
+static unsigned take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want, int own) {
     struct hak_slab *s = h->current[cls];
-    if (s && (s->nfree || s->nhollow)) return take_blocks(s, bin, want);
+    if (s && (s->nfree || s->nhollow)) return take_blocks(s, bin, want, own);
     for (s = h->partial[cls]; s; s = s->next)
-        if (s->nfree || s->nhollow) return take_partial(h, s, bin, want);
+        if (s->nfree || s->nhollow) return take_partial(h, s, bin, want, own);
     return 0;
 }
 
@@ -82,7 +112,7 @@ static unsigned refill_from_larger(struct hak_heap *h, unsigned cls, struct hak_
     for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++) {
         if (!hak_class_stands_in(big, cls)) continue;
         struct hak_slab *s = h->partial[big];
-        if (s && (s->nfree || s->nhollow)) return take_partial(h, s, bin, want);
+        if (s && (s->nfree || s->nhollow)) return take_partial(h, s, bin, want, 0);
         /* a class with fewer live blocks than a run holds has its free
          * ones in its current run: half of them, so that it does not
          * carve for itself at once what it lent */
@@ -230,7 +260,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
         hak_heap_drain_inbox(h, 0);
     unsigned got;
     for (;;) {
-        if ((got = take_own(h, cls, bin, want)) != 0) return refilled_free(h, cls, bin, got);
+        if ((got = take_own(h, cls, bin, want, 1)) != 0) return refilled_free(h, cls, bin, got);
         if ((got = refill_from_larger(h, cls, bin, want)) != 0) {
             h->st.borrowed_blocks += got;
             return refilled_free(h, cls, bin, got);
@@ -325,7 +355,7 @@ static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             !hak_spin_trylock(&cur->lock))
             continue;
         hak_heap_drain_inbox(cur, 1);
-        got = take_own(cur, cls, bin, want);
+        got = take_own(cur, cls, bin, want, 0);
         if (!got) atomic_fetch_and_explicit(word, ~bit, memory_order_relaxed);
         hak_spin_unlock(&cur->lock);
     }

@@ -75,10 +75,21 @@ static struct hak_bin *larger_bin_with_block(struct hak_tls *t, unsigned cls) {
     return NULL;
 }
 
+/* A bin that grew past lim to hold what a refill gave it (a run's whole
+ * free list, or a carve's last page: backend/heap_refill.c) goes back to
+ * lim once it has handed those blocks out or flushed them; keep: blocks it
+ * still holds. */
+static void bin_shrink(struct hak_bin *b, uint32_t lim, uint32_t keep) {
+    if (b->max <= lim) return;
+    b->max = lim;
+    b->room = lim - keep;
+}
+
 void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     struct hak_bin *b = &t->bins[cls];
     t->refilled[cls / 64] |= (uint64_t)1 << (cls % 64);
     bin_prime(b, cls);
+    bin_shrink(b, hak_bin_limit[cls], 0);   /* empty: a miss */
     bin_grow(b, hak_bin_limit[cls]);
     unsigned want = b->max / 2;
     struct hak_bin *spare = NULL;
@@ -126,7 +137,9 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
     bin_grow(b, hak_bin_limit[cls] < HAK_BIN_FREE_MAX ? hak_bin_limit[cls] : HAK_BIN_FREE_MAX);
     if (!b->room) {
         int mallocs_it = (t->refilled[cls / 64] >> (cls % 64)) & 1;
-        unsigned n = hak_bin_count(b) - (mallocs_it ? b->max / 2 : 0);
+        uint32_t lim = b->max < hak_bin_limit[cls] ? b->max : hak_bin_limit[cls];
+        uint32_t keep = mallocs_it ? lim / 2 : 0;
+        unsigned n = hak_bin_count(b) - keep;
         /* a batch that starts with another heap's block waits for the next
          * thread that misses on the class (backend/transfer.h); the
          * thread's own blocks go back to their runs */
@@ -135,6 +148,7 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
             t->heap->st.remote_blocks += n;
         else
             hak_heap_flush(t->heap, b, n, 0);
+        bin_shrink(b, lim, keep);
     }
     hak_bin_push(b, p);
     hak_cache_trim_idle(t);

@@ -1,0 +1,262 @@
+/* Refills and flushes between a thread's bins and its heap
+ * (front/batch.c, backend/heap_refill.c, backend/heap_flush.c): an empty
+ * bin takes its class's run's whole free list at once and shrinks back
+ * to its size afterwards; a flush of blocks freed in another order than
+ * they were allocated (each one a run of its own) gives runs back as they
+ * empty and sends other heaps' blocks to their owners. Each case runs in
+ * a fresh process (its own heaps), in threads of its own. */
+#include "hakmem-test.h"
+
+#include <pthread.h>
+
+/* 48-byte blocks: 1,365 a 64 KiB slab, one slab a run; a bin of the
+ * class holds at most 256 of them (front/tcache.c). */
+enum { SMALL = 48, BIN_MAX = 256, IN_RUN = 1000 };
+static void *blocks[2 * IN_RUN];
+
+/* TRUE in a fresh process whose allocator read HAKMEM_DECAY_MS=decay_ms
+ * at start-up; in the test's own process, starts it, checks that it
+ * passed and returns FALSE. */
+static gboolean
+in_fresh_process (const char *decay_ms)
+{
+  if (g_test_subprocess ())
+    return TRUE;
+  g_setenv ("HAKMEM_DECAY_MS", decay_ms, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  return FALSE;
+}
+
+static void
+run_in_thread (void *(*body) (void *), void *arg)
+{
+  pthread_t t;
+  g_assert_cmpint (pthread_create (&t, NULL, body, arg), ==, 0);
+  g_assert_cmpint (pthread_join (t, NULL), ==, 0);
+}
+
+/* Frees b[0..n) in a random order. */
+static void
+free_shuffled (void **b, size_t n, uint64_t seed)
+{
+  for (size_t i = n; i > 1; i--)
+    {
+      size_t k = (size_t) (ht_rand (&seed) % i);
+      void *t = b[i - 1];
+      b[i - 1] = b[k];
+      b[k] = t;
+    }
+  for (size_t i = 0; i < n; i++)
+    T (free) (b[i]);
+}
+
+/* Allocates blocks into b[] from index *n on, one at a time, until a
+ * malloc misses (a refill); returns how many blocks that refill brought. */
+static unsigned long long
+alloc_until_refill (void **b, size_t *n)
+{
+  struct hak_stats before = ht_stats (), now;
+  do
+    {
+      b[*n] = T (malloc) (SMALL);
+      g_assert_nonnull (b[*n]);
+      memset (b[*n], 0x21, SMALL);
+      (*n)++;
+      now = ht_stats ();
+    }
+  while (now.refills == before.refills && *n < 2 * IN_RUN);
+  g_assert_cmpuint (now.refills, ==, before.refills + 1);
+  return now.refilled_blocks - before.refilled_blocks;
+}
+
+/* A thousand blocks of one run freed in a random order: the run's free
+ * list holds most of them, in no address order. Once the bin's own blocks
+ * are handed out, one refill brings the whole list, more than the bin
+ * holds (cutting a part of it off would follow a link a block), and the
+ * next mallocs find them all in the bin. Then every block freed: the bin,
+ * grown to hold the list, is back to its size, so it keeps at most
+ * BIN_MAX blocks out of their run (without that it would keep half of
+ * the list). */
+static void *
+whole_list_then_shrink (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (blocks, IN_RUN, SMALL, 0x21);
+  free_shuffled (blocks, IN_RUN, 42);
+  size_t n = 0;
+  unsigned long long got = alloc_until_refill (blocks, &n);
+  g_test_message ("%zu blocks from the bin, then one refill of %llu", n - 1, got);
+  g_assert_cmpuint (got, >, BIN_MAX);
+  unsigned long long refills = ht_stats ().refills;
+  for (unsigned long long i = 1; i < got; i++)
+    {
+      blocks[n] = T (malloc) (SMALL);
+      g_assert_nonnull (blocks[n]);
+      memset (blocks[n++], 0x21, SMALL);
+    }
+  g_assert_cmpuint (ht_stats ().refills, ==, refills);
+  HtRange *r = g_new (HtRange, n);
+  for (size_t i = 0; i < n; i++)
+    {
+      g_assert_true (ht_all_bytes (blocks[i], SMALL, 0x21));
+      r[i] = (HtRange) { (uintptr_t) blocks[i], (uintptr_t) blocks[i] + SMALL };
+    }
+  ht_assert_disjoint (r, n);
+  g_free (r);
+  /* what is out but these blocks (the test's own allocations) */
+  unsigned long long out = ht_stats ().bytes_out - (unsigned long long) n * SMALL;
+  free_shuffled (blocks, n, 7);
+  unsigned long long left = ht_stats ().bytes_out - out;
+  g_test_message ("%llu bytes left out of their run", left);
+  g_assert_cmpuint (left, <=, (unsigned long long) BIN_MAX * SMALL);
+  return NULL;
+}
+
+static void
+test_refill_takes_whole_list (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: no bin to refill"))
+    return;
+  if (in_fresh_process ("60000"))
+    run_in_thread (whole_list_then_shrink, NULL);
+}
+
+/* A thread that has just started has small bins (they double at each
+ * refill, front/front.h): one that adopts the heap of a thread that
+ * freed a thousand blocks of a run takes only a few of them at its first
+ * miss, not the run's whole list (at most 8 times its bin's size). */
+static void *
+alloc_and_free_run (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (blocks, IN_RUN, SMALL, 0x21);
+  free_shuffled (blocks, IN_RUN, 5);
+  return NULL;
+}
+
+static void *
+first_refill_is_small (void *arg)
+{
+  (void) arg;
+  size_t n = 0;
+  unsigned long long got = alloc_until_refill (blocks, &n);
+  g_test_message ("first refill of the successor: %llu blocks", got);
+  g_assert_cmpuint (n, ==, 1);
+  g_assert_cmpuint (got, <=, 8 * 8);
+  T (free) (blocks[0]);
+  return NULL;
+}
+
+static void
+test_small_bin_takes_part_of_list (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: no bin to refill"))
+    return;
+  if (!in_fresh_process ("60000"))
+    return;
+  run_in_thread (alloc_and_free_run, NULL);
+  g_assert_cmpuint (ht_stats ().heaps, >=, 2);   /* the exited thread's heap waits */
+  run_in_thread (first_refill_is_small, NULL);   /* and is adopted */
+}
+
+/* 1,000-byte blocks (63 a run of one slab) of 64 runs freed in a random
+ * order: each flushed block is a stretch of its own, and the runs empty
+ * one by one in the middle of flushes. With the clock off an emptied run
+ * goes back at once: all but the class's current one and those whose
+ * blocks the bin still holds (31 at most) must. */
+enum { LARGE = 1000, PER_RUN = 63, RUNS = 64, LARGE_BIN_MAX = 31 };
+static void *large_blocks[RUNS * PER_RUN];
+
+static void *
+scattered_frees_empty_runs (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (large_blocks, RUNS * PER_RUN, LARGE, 0x5A);
+  unsigned long long freed = ht_stats ().runs_freed;
+  free_shuffled (large_blocks, RUNS * PER_RUN, 3);
+  unsigned long long released = ht_stats ().runs_freed - freed;
+  g_test_message ("%llu of %d runs went back", released, RUNS);
+  g_assert_cmpuint (released, >=, RUNS - 1 - LARGE_BIN_MAX);
+  return NULL;
+}
+
+static void
+test_scattered_frees_empty_runs (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (in_fresh_process ("0"))
+    run_in_thread (scattered_frees_empty_runs, NULL);
+}
+
+/* One thread frees its own blocks and another thread's, shuffled together,
+ * so that its flushes mix both: every block of the other heap is sent to
+ * it (counted once), and the owner, asking again, gets every one of them
+ * back (past what its own bin still held); a block lost in the flush
+ * would never come back, and the owner would carve new ones instead. */
+enum { MIXED = 600 };
+static void *owner_blocks[MIXED], *mixed[2 * MIXED];
+static ht_stage owner_stage = HT_STAGE_INIT;   /* 1: allocated; 2: freed by the other */
+
+static void *
+owner_thread (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (owner_blocks, MIXED, SMALL, 0x33);
+  memcpy (mixed, owner_blocks, sizeof owner_blocks);
+  ht_stage_set (&owner_stage, 1);
+  ht_stage_wait (&owner_stage, 2);
+  enum { AGAIN = MIXED + BIN_MAX + 256 };
+  void **again = g_new (void *, AGAIN);
+  ht_alloc_filled (again, AGAIN, SMALL, 0x44);
+  GHashTable *got = g_hash_table_new (NULL, NULL);
+  for (size_t i = 0; i < AGAIN; i++)
+    g_hash_table_add (got, again[i]);
+  for (size_t i = 0; i < MIXED; i++)
+    g_assert_true (g_hash_table_contains (got, owner_blocks[i]));
+  g_hash_table_destroy (got);
+  for (size_t i = 0; i < AGAIN; i++)
+    T (free) (again[i]);
+  g_free (again);
+  return NULL;
+}
+
+static void *
+mixed_freer (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (mixed + MIXED, MIXED, SMALL, 0x55);
+  free_shuffled (mixed, 2 * MIXED, 11);
+  return NULL;
+}
+
+static void
+test_mixed_flush_sends_other_heaps_blocks (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (!ht_front_bins_or_skip ("no front cache box: every free goes to the heap on its own"))
+    return;
+  if (!in_fresh_process ("60000"))
+    return;
+  pthread_t owner;
+  g_assert_cmpint (pthread_create (&owner, NULL, owner_thread, NULL), ==, 0);
+  ht_stage_wait (&owner_stage, 1);
+  unsigned long long remote = ht_stats ().remote_blocks;
+  run_in_thread (mixed_freer, NULL);   /* its exit flushes what its bins kept */
+  g_assert_cmpuint (ht_stats ().remote_blocks - remote, ==, MIXED);
+  ht_stage_set (&owner_stage, 2);
+  g_assert_cmpint (pthread_join (owner, NULL), ==, 0);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/batch/refill-takes-whole-list", test_refill_takes_whole_list);
+  g_test_add_func ("/batch/small-bin-takes-part-of-list", test_small_bin_takes_part_of_list);
+  g_test_add_func ("/batch/scattered-frees-empty-runs", test_scattered_frees_empty_runs);
+  g_test_add_func ("/batch/mixed-flush-sends-other-heaps-blocks", test_mixed_flush_sends_other_heaps_blocks);
+  return g_test_run ();
+}
