@@ -15,16 +15,17 @@ static uint32_t used_hint(const struct hak_xfer_class *x) {
     return atomic_load_explicit(&x->used, memory_order_relaxed);
 }
 
-int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n) {
+int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n, const struct hak_heap *self, unsigned *foreign) {
     struct hak_xfer_class *x = &hak_xfer[cls];
     if (!n || !b->head || used_hint(x) >= HAK_XFER_SLOTS) return 0;
     /* cut the batch off the bin first: its links are the freeing thread's
      * own writes, in its cache, and the lock is not held meanwhile */
     void *first = b->head, *last = first;
-    unsigned got = 1;
+    unsigned got = 1, others = hak_ss_owner(hak_ss_of(first)) != self;
     for (void *q = hak_list_get(last); got < n && q; q = hak_list_get(last)) {
         last = q;
         got++;
+        others += hak_ss_owner(hak_ss_of(q)) != self;
     }
     hak_spin_lock(&x->lock);
     uint32_t u = atomic_load_explicit(&x->used, memory_order_relaxed);
@@ -38,6 +39,7 @@ int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n) {
     x->b[u] = (struct hak_xfer_batch){ first, last, got, hak_os_clock_ms() };
     atomic_store_explicit(&x->used, u + 1, memory_order_relaxed);
     hak_spin_unlock(&x->lock);
+    *foreign = others;
     return 1;
 }
 

@@ -51,8 +51,9 @@ static inline int hak_xfer_waiting(unsigned cls) {
 
 /* Moves the first n blocks of bin b (of tiny class cls) into the cache as
  * one batch and returns 1, or returns 0 (nothing moved) when the class has
- * no free slot. */
-int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n);
+ * no free slot. *foreign: how many of them are not self's (the freeing
+ * thread's heap), for the remote-free count. */
+int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n, const struct hak_heap *self, unsigned *foreign);
 /* Moves the newest batch of class cls onto the empty bin b and returns its
  * blocks (b's room goes down by as many, not below 0), or 0 if none. */
 unsigned hak_xfer_take(unsigned cls, struct hak_bin *b);

@@ -143,9 +143,10 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
         /* a batch that starts with another heap's block waits for the next
          * thread that misses on the class (backend/transfer.h); the
          * thread's own blocks go back to their runs */
+        unsigned foreign;
         if (hak_class_is_tiny(cls) && hak_ss_owner(hak_ss_of(b->head)) != t->heap &&
-            hak_xfer_put(cls, b, n))
-            t->heap->st.remote_blocks += n;
+            hak_xfer_put(cls, b, n, t->heap, &foreign))
+            t->heap->st.remote_blocks += foreign;
         else
             hak_heap_flush(t->heap, b, n, 0);
         bin_shrink(b, lim, keep);
