@@ -161,6 +161,7 @@ HAK_NOINLINE void hak_free_miss(void *p, uintptr_t tag) {
         free_small(p, (unsigned)(tag / HAK_TAG_SCALE));
         return;
     }
+    if (!p) return;   /* free(NULL): programs that free every optional field make many */
     const struct hak_class_check *m =
         (const struct hak_class_check *)((const char *)hak_class_magic + tag);
     if (m->mul == 0 && tag != HAK_CLASS_INVALID && tag < HAK_TAG_HOLLOW) {
