@@ -103,11 +103,18 @@ static void *alloc_large(size_t size, size_t align) {
 }
 
 static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
+static HAK_COLD void *hard_alloc_general(const struct hak_hardened_ops *hd, size_t size, size_t align);
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
     hak_fork_check_thread();
-    if (HAK_UNLIKELY(hak_safety->hardened != NULL)) return hard_alloc(hak_safety->hardened, size, 0);
+    const struct hak_hardened_ops *hd = hak_safety->hardened;
+    if (HAK_UNLIKELY(hd != NULL)) {
+        /* hard_alloc's steps, with no call between (every malloc of that
+         * box comes here) */
+        void *p = hd->malloc_fast(size);
+        return HAK_LIKELY(p != NULL) ? p : hard_alloc_general(hd, size, 0);
+    }
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
     return alloc_large(size, 0);
 }
@@ -206,11 +213,19 @@ static void release_large(const char *op, void *p, struct hak_large *h) {
     hak_large_free(h);
 }
 
+static HAK_NOINLINE void free_checked(void *p);
+
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     hak_fork_check_thread();
     const struct hak_hardened_ops *hd = hak_safety->hardened;
     if (HAK_UNLIKELY(hd != NULL) && hd->free_fast(p)) return;
+    free_checked(p);
+}
+
+/* free's checks, in a function of its own: the hardened box's common
+ * case above needs no stack frame for them. */
+static HAK_NOINLINE void free_checked(void *p) {
     struct hak_ptr_info info;
     switch (checked_classify("free", p, &info)) {
     case HAK_PTR_SMALL:   release_small("free", p, info.cls); return;

@@ -9,8 +9,8 @@
  *   [n, C - 16)     canary bytes (the first HARD_CANARY_MAX of them are
  *                   written and checked), keyed by the block's address
  *   [C - 16, C - 8) n, with a 32-bit check of n and the address
- *   [C - 8, C)      the next block's head guard: its n again, checked
- *                   with a key of its own address
+ *   [C - 8, C)      the next block's head guard: its size word, check
+ *                   half turned by a constant
  * so an overflow of up to 16 bytes lands in the canary or the size word
  * and an underflow in the head guard; both are checked at free, realloc
  * and malloc_usable_size. free's common path reads n from the head guard,
@@ -65,7 +65,10 @@ static uint8_t stash_caps[HAK_NCLASS];
 static inline uint64_t block_key(const void *p) {
     return hak_mix64((uintptr_t)p ^ secret) ^ key_mask;
 }
-#define HEAD_OF(k) ((k) ^ 0x68656164686561ull)
+/* A head guard is its block's size word with its check half turned: n
+ * stays readable in its low half, and arm and the size word's check
+ * compute one check word, not two. */
+#define HEAD_OF(sw) ((sw) ^ 0x6865616400000000ull)
 #define QUAR_OF(k) ((k) ^ 0x7175617271756172ull)
 #define STASH_OF(k) ((k) ^ 0x737461736873ull)     /* in a stash, from the heap */
 
@@ -79,7 +82,9 @@ struct hard_thread {
     uint8_t nstash[HAK_NCLASS];
     void *stash[HAK_NCLASS][HARD_STASH];
     void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
-    uintptr_t quar[HARD_QUAR_SLOTS];   /* block | class << 56 */
+    /* block | class << 56, and the block's quarantine mark: its check
+     * at eviction needs no key mix of its own */
+    struct quar_slot { uintptr_t at; uint64_t mark; } quar[HARD_QUAR_SLOTS];
 };
 
 /* The thread's state lives in a block of its own heap, taken at its first
@@ -185,8 +190,9 @@ static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int hea
     *(word_any *)(at + cw.off[0]) = cw.word[0];
     *(word_any *)(at + cw.off[1]) = cw.word[1];
     *(word_any *)(at + cw.off[2]) = cw.word[2];
-    *(word64 *)(c + end - 8) = size_word(k, size);
-    if (head) *(word64 *)(c - 8) = size_word(HEAD_OF(k), size);
+    uint64_t sw = size_word(k, size);
+    *(word64 *)(c + end - 8) = sw;
+    if (head) *(word64 *)(c - 8) = HEAD_OF(sw);
 }
 
 static HAK_COLD void arm(void *p, size_t size, size_t usable, int large) {
@@ -214,7 +220,7 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
     uint64_t h;
-    if (head && (h = *(const word64 *)(c - 8)) != size_word(HEAD_OF(k), n) &&
+    if (head && (h = *(const word64 *)(c - 8)) != HEAD_OF(w) &&
         !(h == 0 && !((uintptr_t)c & (HAK_PAGE_SIZE - 1))))
         return HAK_REASON_UNDERFLOW;
     *size = n;
@@ -231,7 +237,7 @@ static inline int guards_hold(const char *c, size_t end, uint64_t k) {
     if (!has_head_guard(c, 0)) return guard_fault(c, end, k, 0, &n) == NULL;
     uint64_t h = *(const word64 *)(c - 8);
     n = (uint32_t)h;
-    if (n + 16 > end || h != size_word(HEAD_OF(k), n)) return 0;
+    if (n + 16 > end || h != HEAD_OF(size_word(k, n))) return 0;
     struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
     const char *at = c + n;
     uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
@@ -422,14 +428,15 @@ static void return_all(struct hak_tls *t, struct hard_thread *s) {
  * untouched; kept out of use (lost) after a report. Until its batch goes,
  * it keeps its quarantine mark (a second free of it is still found). */
 static void evict(struct hak_tls *t, struct hard_thread *s) {
-    uintptr_t e = s->quar[s->quar_head];
+    uintptr_t e = s->quar[s->quar_head].at;
+    uint64_t mark = s->quar[s->quar_head].mark;
     s->quar_head = (s->quar_head + 1) % HARD_QUAR_SLOTS;
     s->quar_count--;
     void *p = (void *)(e & (((uintptr_t)1 << 56) - 1));
     unsigned cls = (unsigned)(e >> 56);
     size_t bs = hak_class_size[cls];
     s->quar_bytes -= bs;
-    if (!still_poisoned(p, bs, QUAR_OF(block_key(p)))) {
+    if (!still_poisoned(p, bs, mark)) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
         return;
     }
@@ -453,12 +460,13 @@ static inline void quarantine(struct hak_tls *t, struct hard_thread *s, void *p,
                               uint64_t mark) {
     size_t bs = hak_class_size[cls];
     poison(p, bs, mark);
-    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] = (uintptr_t)p | (uintptr_t)cls << 56;
+    s->quar[(s->quar_head + s->quar_count) % HARD_QUAR_SLOTS] =
+        (struct quar_slot){ (uintptr_t)p | (uintptr_t)cls << 56, mark };
     s->quar_count++;
     s->quar_bytes += bs;
     while (s->quar_count == HARD_QUAR_SLOTS || (s->quar_bytes > budget && s->quar_count > 1)) evict(t, s);
     /* the next free evicts the oldest: its mark and fill, fetched now */
-    __builtin_prefetch((void *)(s->quar[s->quar_head] & (((uintptr_t)1 << 56) - 1)), 1);
+    __builtin_prefetch((void *)(s->quar[s->quar_head].at & (((uintptr_t)1 << 56) - 1)), 1);
 }
 
 static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
