@@ -46,6 +46,13 @@ static struct {
     int moves_off;      /* too many mappings to make more */
 } large = { .lock = HAK_SPINLOCK_INIT_KIND(HAK_LOCK_LARGE) };
 
+/* cached_bytes changes under the lock only, and is read without it
+ * (note_peak, the stats): a relaxed atomic store, so such a read sees a
+ * whole value. */
+static void cached_set(size_t bytes) {
+    __atomic_store_n(&large.cached_bytes, bytes, __ATOMIC_RELAXED);
+}
+
 /* Gives back the written pages of span h from byte `from` of it on (never
  * its header's page). */
 static void purge_from(struct hak_large *h, size_t from) {
@@ -65,7 +72,7 @@ static void cache_push_locked(struct hak_large *h) {
     h->user = NULL;
     h->next = large.cache;
     large.cache = h;
-    large.cached_bytes += h->mapped;
+    cached_set(large.cached_bytes + h->mapped);
 }
 
 /* Takes the cached span *pp out of the cache, for a block; the caller
@@ -73,7 +80,7 @@ static void cache_push_locked(struct hak_large *h) {
 static struct hak_large *cache_unlink_locked(struct hak_large **pp) {
     struct hak_large *h = *pp;
     *pp = h->next;
-    large.cached_bytes -= h->mapped;
+    cached_set(large.cached_bytes - h->mapped);
     hak_large_count(cache_hits, 1);
     return h;
 }
@@ -379,7 +386,7 @@ static void cache_put(struct hak_large *h) {
             while ((*pp)->next) pp = &(*pp)->next;
             struct hak_large *old = *pp;
             *pp = NULL;
-            large.cached_bytes -= old->mapped;
+            cached_set(large.cached_bytes - old->mapped);
             old->next = evict;
             evict = old;
         }
@@ -451,7 +458,7 @@ static unsigned cached_decay(uint32_t now, uint32_t period, unsigned max_calls) 
         struct hak_large *h = *pp;
         if (h->dirty > hak_os_page_size() && now - h->freed_ms >= wait) {
             *pp = h->next;
-            large.cached_bytes -= h->mapped;
+            cached_set(large.cached_bytes - h->mapped);
             h->next = due;
             due = h;
             n++;
@@ -472,7 +479,7 @@ static unsigned cached_decay(uint32_t now, uint32_t period, unsigned max_calls) 
     hak_spin_lock(&large.lock);
     last->next = large.cache;
     large.cache = due;
-    large.cached_bytes += bytes;
+    cached_set(large.cached_bytes + bytes);
     hak_spin_unlock(&large.lock);
     return n;
 }
@@ -524,7 +531,7 @@ static size_t cached_release(void) {
     struct hak_large *list = large.cache;
     size_t bytes = large.cached_bytes;
     large.cache = NULL;
-    large.cached_bytes = 0;
+    cached_set(0);
     hak_spin_unlock(&large.lock);
     unmap_list(list);
     return bytes;
