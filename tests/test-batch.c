@@ -253,8 +253,9 @@ test_mixed_flush_sends_other_heaps_blocks (void)
 /* A thread that filled a bin of one class and then grows its heap with
  * another class gets that bin's blocks back in their runs at once, not a
  * decay period later (the clock is off here: HAKMEM_DECAY_MS=0): a bin
- * nobody popped since the heap last took a new SuperSlab is flushed when
- * it takes the next one (front/batch.c, hak_cache_trim_idle). */
+ * nobody popped since the heap's last step of growth (1 MiB more slabs in
+ * runs, backend/heap_refill.c) is flushed at the next one (front/batch.c,
+ * hak_cache_trim_idle). Three new SuperSlabs are 6 MiB of growth. */
 enum { GROW_MAX = 64 * 1024, GROW_SS = 3 };
 static void *kept[128];
 static void *grown[GROW_MAX];

@@ -91,11 +91,15 @@ struct hak_heap {
     struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */
     struct hak_heap *idle_next;       /* where its tick next looks for an idle heap (owner only) */
     struct hak_heap *next_abandoned;
+    /* Its slabs in runs at its last step of growth or since, at their
+     * lowest, and its steps of growth (heap_refill.c, count_growth) */
+    uint32_t grow_low, grow_steps;
     /* Its thread's bins as the last look at them found them (front/batch.c,
      * hak_cache_trim_idle; owner only): head of each bin, and the tick
-     * count and runs made then */
+     * count and steps of growth then */
     void *bin_mark[HAK_NBINS];
-    uint64_t bins_seen_tick, bins_seen_ss;
+    uint64_t bins_seen_tick;
+    uint32_t bins_seen_growth;
     /* Its thread pushed blocks to an orphaned heap's inbox since it last
      * scavenged the abandoned heaps (owner only): it scavenges them at its
      * next tick and when it exits, so that those blocks do not wait for a
