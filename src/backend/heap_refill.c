@@ -242,14 +242,13 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     return got;
 }
 
-/* A new run took the heap's slabs in runs HAK_GROW_STEP past their low
- * since the last step: a step of growth, on which its thread's bins that
- * nobody popped since the last one go back (front/batch.c,
- * hak_cache_trim_idle), so that their blocks serve the growth. A step of a
- * new run or a new SuperSlab instead: a run at a time flushed bins that
- * loops use (mid_large_mt, whose runs then emptied and were made again:
- * 4.4 times the runs, peak 9.7 -> 16.6 MiB); a SuperSlab at a time (2 MiB)
- * came late for fragment's second phase (peak 50.4 MiB, 49.0 with this). */
+/* A new run took the heap's slabs in runs HAK_GROW_STEP past their lowest
+ * since the last step: a step of growth, at which its thread's bins that
+ * nobody popped since the previous one go back (front/batch.c,
+ * hak_cache_trim_idle), their blocks to serve the growth. A step of one
+ * run flushes bins that loops use (their runs empty and are made again),
+ * one of a SuperSlab comes late for a phase change (docs/PERFORMANCE.md,
+ * "Thread caches"). */
 #define HAK_GROW_STEP 16u   /* slabs: 1 MiB */
 static void count_growth(struct hak_heap *h) {
     uint32_t used = h->ss_count * HAK_SLABS_PER_SS - h->free_slabs;
