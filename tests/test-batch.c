@@ -251,6 +251,71 @@ test_mixed_flush_sends_other_heaps_blocks (void)
   g_assert_cmpint (pthread_join (owner, NULL), ==, 0);
 }
 
+/* A thread that filled a bin of one class and then grows its heap with
+ * another class gets that bin's blocks back in their runs at once, not a
+ * decay period later (the clock is off here: HAKMEM_DECAY_MS=0): a bin
+ * nobody popped since the heap's last step of growth (1 MiB more slabs in
+ * runs, backend/heap_refill.c) is flushed at the next one (front/batch.c,
+ * hak_cache_trim_idle). Three new SuperSlabs are 6 MiB of growth. */
+enum { GROW_MAX = 64 * 1024, GROW_SS = 3 };
+static void *kept[128];
+static void *grown[GROW_MAX];
+struct grow_case { size_t kept_size, kept_n, grow_size; };
+
+static void *
+fill_bin_then_grow (void *arg)
+{
+  const struct grow_case *c = arg;
+  unsigned long long before = ht_stats ().bytes_out;
+  ht_alloc_filled (kept, c->kept_n, c->kept_size, 0x5A);
+  for (size_t i = 0; i < c->kept_n; i++)
+    T (free) (kept[i]);
+  struct hak_stats filled = ht_stats ();
+  size_t block = ht_class_size (c->kept_size);
+  unsigned long long cached = (filled.bytes_out - before) / block;   /* in the bin, out of their runs */
+  g_assert_cmpuint (cached, >=, c->kept_n / 4);
+  size_t n = 0;
+  struct hak_stats now = filled;
+  while (now.ss_acquired < filled.ss_acquired + GROW_SS && n < GROW_MAX)
+    {
+      grown[n] = T (malloc) (c->grow_size);
+      g_assert_nonnull (grown[n]);
+      memset (grown[n], 0x3C, c->grow_size);
+      n++;
+      now = ht_stats ();
+    }
+  g_assert_cmpuint (now.ss_acquired, >=, filled.ss_acquired + GROW_SS);
+  g_test_message ("%llu blocks of %zu B cached; %zu blocks of %zu B later, %llu blocks of idle bins flushed",
+                  cached, block, n, c->grow_size, (unsigned long long) (now.idle_bin_blocks - filled.idle_bin_blocks));
+  g_assert_cmpuint (now.idle_bins - filled.idle_bins, >=, 1);
+  g_assert_cmpuint (now.idle_bin_blocks - filled.idle_bin_blocks, >=, cached);
+  for (size_t i = 0; i < n; i++)
+    T (free) (grown[i]);
+  return NULL;
+}
+
+static void
+test_growth_flushes_idle_mid_bin (void)
+{
+  if (!ht_pool_bins_or_skip ("no Pool TLS box: 64 KiB blocks are not cached"))
+    return;
+  if (!in_fresh_process ("0"))
+    return;
+  struct grow_case c = { 64 * 1024, 32, 16 * 1024 };   /* 2 MiB cached, a mid bin's worth */
+  run_in_thread (fill_bin_then_grow, &c);
+}
+
+static void
+test_growth_flushes_idle_tiny_bin (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache box: tiny blocks are not cached"))
+    return;
+  if (!in_fresh_process ("0"))
+    return;
+  struct grow_case c = { 256, 100, 512 };   /* about a tiny bin's 32 KiB */
+  run_in_thread (fill_bin_then_grow, &c);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -259,5 +324,7 @@ main (int argc, char **argv)
   g_test_add_func ("/batch/small-bin-takes-part-of-list", test_small_bin_takes_part_of_list);
   g_test_add_func ("/batch/scattered-frees-empty-runs", test_scattered_frees_empty_runs);
   g_test_add_func ("/batch/mixed-flush-sends-other-heaps-blocks", test_mixed_flush_sends_other_heaps_blocks);
+  g_test_add_func ("/batch/growth-flushes-idle-mid-bin", test_growth_flushes_idle_mid_bin);
+  g_test_add_func ("/batch/growth-flushes-idle-tiny-bin", test_growth_flushes_idle_tiny_bin);
   return g_test_run ();
 }

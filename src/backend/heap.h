@@ -20,7 +20,7 @@ struct hak_heap_stats {
     uint64_t decay_ticks, decay_purges, borrowed_blocks, borrowed_remote;
     uint64_t standin_blocks;          /* mid misses served from a bin of a larger class (front/batch.c) */
     uint64_t dirty_purges;            /* purge calls for free slabs past the bound on dirty_free */
-    uint64_t idle_bins, idle_bin_blocks;   /* bins emptied after a decay period untouched */
+    uint64_t idle_bins, idle_bin_blocks;   /* bins emptied untouched since a tick or growth */
     uint64_t hollowed_runs, hollow_calls, hollowed_blocks;   /* heap_hollow.c */
     uint64_t class_refills[HAK_NCLASS];
     uint64_t class_carved[HAK_NCLASS];  /* blocks carved from untouched run space */
@@ -91,10 +91,15 @@ struct hak_heap {
     struct hak_heap *borrow_next;     /* where its next borrow scan starts (owner only) */
     struct hak_heap *idle_next;       /* where its tick next looks for an idle heap (owner only) */
     struct hak_heap *next_abandoned;
-    /* Its thread's bins as the last decay tick found them (front/batch.c,
-     * trim_idle_bins; owner only): head of each bin, and the tick count */
+    /* Its slabs in runs at its last step of growth or since, at their
+     * lowest, and its steps of growth (heap_refill.c, count_growth) */
+    uint32_t grow_low, grow_steps;
+    /* Its thread's bins as the last look at them found them (front/batch.c,
+     * hak_cache_trim_idle; owner only): head of each bin, and the tick
+     * count and steps of growth then */
     void *bin_mark[HAK_NBINS];
     uint64_t bins_seen_tick;
+    uint32_t bins_seen_growth;
     /* Its thread pushed blocks to an orphaned heap's inbox since it last
      * scavenged the abandoned heaps (owner only): it scavenges them at its
      * next tick and when it exits, so that those blocks do not wait for a

@@ -242,6 +242,24 @@ static unsigned carve(struct hak_slab *s, struct hak_bin *bin, unsigned want) {
     return got;
 }
 
+/* A new run took the heap's slabs in runs HAK_GROW_STEP past their lowest
+ * since the last step: a step of growth, at which its thread's bins that
+ * nobody popped since the previous one go back (front/batch.c,
+ * hak_cache_trim_idle), their blocks to serve the growth. A step of one
+ * run flushes bins that loops use (their runs empty and are made again),
+ * one of a SuperSlab comes late for a phase change (docs/PERFORMANCE.md,
+ * "Thread caches"). */
+#define HAK_GROW_STEP 16u   /* slabs: 1 MiB */
+static void count_growth(struct hak_heap *h) {
+    uint32_t used = h->ss_count * HAK_SLABS_PER_SS - h->free_slabs;
+    if (used < h->grow_low) {
+        h->grow_low = used;
+    } else if (used >= h->grow_low + HAK_GROW_STEP) {
+        h->grow_low = used;
+        h->grow_steps++;
+    }
+}
+
 /* refilled, for blocks that were free: their class does not only grow. */
 static unsigned refilled_free(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned got) {
     h->carve_streak[cls] = 0;
@@ -291,6 +309,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
             hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
+            count_growth(h);
         }
         unsigned cap = carve_cap(h, s, cls);
         uint32_t was = s->carved;

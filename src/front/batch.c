@@ -41,19 +41,28 @@ static void bin_grow(struct hak_bin *b, uint32_t lim) {
     b->max = grown;
 }
 
-/* Bins nobody touched for a whole decay period go back to the heap, and
- * start small again: a thread keeps up to 32 KiB of each tiny class and
- * 2 MiB of each mid one, and a program that moves on to other sizes (a
- * new phase) or stops freeing a class left those blocks, and the runs
- * they pin, resident for good (fragment: 25 MiB in bins at the end).
- * Looked at on misses, once per decay tick of the thread's heap (so
- * never with HAKMEM_DECAY_MS=0): a bin whose head is the one the last
- * tick saw had no pop, or a push and pop of that very block only. */
+/* Bins nobody popped since the last look go back to the heap, and start
+ * small again: a thread keeps up to 32 KiB of each tiny class and 2 MiB
+ * of each mid one, and a program that moves on to other sizes (a new
+ * phase) or stops freeing a class left those blocks, and the runs they
+ * pin, resident for good (fragment: 25 MiB in bins at the end). The heap
+ * looks on misses, at each decay tick of the thread's heap and at each
+ * step of its growth (its runs took another 1 MiB of slabs:
+ * backend/heap_refill.c, count_growth): a phase that grows the heap for
+ * other sizes gets the idle bins' blocks back in their runs (to be
+ * reused, lent to smaller classes, hollowed or freed) while it grows, not
+ * a decay period later, when its peak is past. A bin a loop uses has been
+ * popped since the last step. A bin whose head is the one the last look
+ * saw had no pop, or a push and pop of that very block only. */
 void hak_cache_trim_idle(struct hak_tls *t) {
     struct hak_heap *h = t->heap;
-    if (h->bins_seen_tick == h->st.decay_ticks) return;
-    h->bins_seen_tick = h->st.decay_ticks;
-    hak_xfer_send_idle(h, (uint32_t)hak_opt(HAK_OPT_DECAY_MS));
+    int ticked = h->bins_seen_tick != h->st.decay_ticks;
+    if (!ticked && h->bins_seen_growth == h->grow_steps) return;
+    h->bins_seen_growth = h->grow_steps;
+    if (ticked) {
+        h->bins_seen_tick = h->st.decay_ticks;
+        hak_xfer_send_idle(h, (uint32_t)hak_opt(HAK_OPT_DECAY_MS));
+    }
     for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
         struct hak_bin *b = &t->bins[c];
         if (b->head && b->head == h->bin_mark[c]) {

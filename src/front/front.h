@@ -86,8 +86,8 @@ void  hak_cache_give_one(struct hak_tls *t, void *p, unsigned cls);
 /* Sends p (a validated block the program just freed) straight back to its
  * heap, past the bin: to its run, or to its owner's inbox. */
 void  hak_cache_free_to_heap(struct hak_tls *t, void *p);
-/* On a miss (any box): bins untouched since the heap's last decay tick
- * go back to the heap (front/batch.c). */
+/* On a miss (any box): bins with no pop since the heap's last decay tick
+ * or step of growth go back to the heap (front/batch.c). */
 void  hak_cache_trim_idle(struct hak_tls *t);
 /* Every cached block back to the heaps that own it: at thread exit
  * (keep_runs: runs emptied stay with the heap, for the thread that adopts
