@@ -79,8 +79,10 @@ void hak_init_slow(void) {
     hak_cache_limits_init(0, hak_safety->hardened ? no_room : hak_pool->capacity);
     hak_heap_keep_mid_runs = hak_safety->hardened != NULL;
     hak_ss_entry_flag = hak_safety->ss_entry_flag;
-    /* a box that checks every free wants no tag on the hit path */
-    hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && !hak_ss_entry_flag);
+    /* a box that checks every free wants no tag on the hit path; the
+     * hardened box reads the tags itself, and its init made every class's
+     * hit-path check fail */
+    hak_tag_window_init(hak_opt(HAK_OPT_TAG_WINDOW) && (!hak_ss_entry_flag || hak_safety->hardened));
     hak_ss_pool_init();
     /* Both can fail only when the process is out of keys or memory; the
      * allocator still works, but says what the program loses. */

@@ -39,7 +39,7 @@
 
 #include <string.h>
 
-#define HARD_CANARY_MAX 32u     /* canary bytes written and checked past a request */
+#define HARD_CANARY_MAX 16u     /* canary bytes written and checked past a request */
 #define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
 #define HARD_STASH 16u          /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
@@ -59,6 +59,10 @@ static uint64_t fill_word;
 /* How many free blocks of each class a thread keeps to pick from (set at
  * init: no division on the way) */
 static uint8_t stash_caps[HAK_NCLASS];
+/* The hit path's block-start checks by class (hak_class_magic), taken at
+ * init for free_fast; the shared table's rows then fail every pointer
+ * (below, hard_init). */
+static struct hak_class_check live_checks[HAK_NBINS];
 
 /* A block's key, from which its canary, size check, head guard and marks
  * derive; one mix per call that needs any of them. */
@@ -114,6 +118,15 @@ static HAK_COLD void hard_init(void) {
     }
     hak_link_bad = hard_link_bad;
     hak_link_key = (uintptr_t)r[3] | 1;
+    /* The tag window stays on (api/init.c) for free_fast's ownership
+     * test, but the hit paths and hak_free_miss read the same tags: each
+     * class's shared row becomes { 1, 0 }, which no pointer passes and
+     * whose nonzero mul keeps hak_free_miss off its multi-slab branch, so
+     * every free, realloc and malloc_usable_size still reaches this box. */
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NBINS; c++) {
+        live_checks[c] = hak_class_magic[c];
+        hak_class_magic[c] = (struct hak_class_check){ 1, 0 };
+    }
 }
 
 static HAK_COLD size_t small_need(size_t size) {
@@ -143,37 +156,31 @@ static inline int has_head_guard(const void *p, int large) {
 }
 
 /* The canary's bytes are the key's, counted from the end of the request:
- * every whole word of it is the key itself (no shift a word), and the
- * last, which may overlap the one before, the key turned by its offset
- * from the request's end. */
+ * its first word is the key itself, and its last, which may overlap the
+ * first, the key turned by its offset from the request's end. */
 static inline uint64_t canary_tail(uint64_t k, size_t from_request) {
     unsigned r = (unsigned)(from_request & 7) * 8;
     return r ? (k >> r) | (k << (64 - r)) : k;
 }
 
-/* The canary's extent past a request of size: at least 8 bytes (the
- * layout keeps them), at most HARD_CANARY_MAX. */
-static inline size_t canary_stop(size_t size, size_t end) {
-    return end - 8 < size + HARD_CANARY_MAX ? end - 8 : size + HARD_CANARY_MAX;
+/* Where the canary's last word starts, counted from the request's end:
+ * the canary runs from the request's end for HARD_CANARY_MAX bytes, or to
+ * the size word where the slack is shorter (8 bytes at least: the layout
+ * keeps them), as two words that may overlap. Two stores or loads and no
+ * loop: an overflow of 1 to 16 bytes changes the first byte past the
+ * request, and one that skips bytes is caught within 16 of them. */
+_Static_assert(HARD_CANARY_MAX == 16, "the canary is two words at most");
+static inline size_t canary_last(size_t size, size_t end) {
+    size_t room = end - 16 - size;   /* the slack before the size word, less a word */
+    return room < HARD_CANARY_MAX - 8 ? room : HARD_CANARY_MAX - 8;
 }
 
-/* The canary of len bytes (8 to HARD_CANARY_MAX) past a request, as four
- * words that may overlap: the first (the key) at the request's end, these
- * three at offsets 8, 16 and len - 8 from it, each at most len - 8. Four
- * stores or loads and no loop. */
-struct canary_words {
-    size_t off[3];
-    uint64_t word[3];
-};
-_Static_assert(HARD_CANARY_MAX == 32, "the canary is four words at most");
-static inline struct canary_words canary_words(uint64_t k, size_t len) {
-    size_t last = len - 8;
-    uint64_t t = canary_tail(k, last);
-    struct canary_words cw = {
-        .off = { last < 8 ? last : 8, last < 16 ? last : 16, last },
-        .word = { last < 8 ? t : k, last < 16 ? t : k, t },
-    };
-    return cw;
+/* 0 when the canary past a request of size, in a block whose guards end
+ * at end, is as arm_key wrote it. */
+static inline uint64_t canary_diff(const char *c, size_t size, size_t end, uint64_t k) {
+    size_t last = canary_last(size, end);
+    const char *at = c + size;
+    return (*(const word_any *)at ^ k) | (*(const word_any *)(at + last) ^ canary_tail(k, last));
 }
 
 static inline uint64_t size_word(uint64_t k, size_t size) {
@@ -184,12 +191,10 @@ static inline uint64_t size_word(uint64_t k, size_t size) {
 /* Writes block p's guards (k its key) for a request of size, in a block
  * whose guards end at end (guard_end). */
 static inline void arm_key(char *c, size_t size, size_t end, uint64_t k, int head) {
-    struct canary_words cw = canary_words(k, canary_stop(size, end) - size);
+    size_t last = canary_last(size, end);
     char *at = c + size;
     *(word_any *)at = k;
-    *(word_any *)(at + cw.off[0]) = cw.word[0];
-    *(word_any *)(at + cw.off[1]) = cw.word[1];
-    *(word_any *)(at + cw.off[2]) = cw.word[2];
+    *(word_any *)(at + last) = canary_tail(k, last);
     uint64_t sw = size_word(k, size);
     *(word64 *)(c + end - 8) = sw;
     if (head) *(word64 *)(c - 8) = HEAD_OF(sw);
@@ -211,11 +216,7 @@ static inline const char *guard_fault(const char *c, size_t end, uint64_t k, int
     uint64_t w = *(const word64 *)(c + end - 8);
     size_t n = (uint32_t)w;
     if (n + 16 > end || w != size_word(k, n)) return HAK_REASON_OVERFLOW;
-    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
-    const char *at = c + n;
-    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
-                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
-                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
+    uint64_t diff = canary_diff(c, n, end, k);
     if (diff) return HAK_REASON_OVERFLOW;
     /* a head guard on a page of its own reads zero once the free blocks
      * before it went hollow (backend/heap_hollow.c gives their pages back) */
@@ -238,11 +239,7 @@ static inline int guards_hold(const char *c, size_t end, uint64_t k) {
     uint64_t h = *(const word64 *)(c - 8);
     n = (uint32_t)h;
     if (n + 16 > end || h != HEAD_OF(size_word(k, n))) return 0;
-    struct canary_words cw = canary_words(k, canary_stop(n, end) - n);
-    const char *at = c + n;
-    uint64_t diff = (*(const word_any *)at ^ k) | (*(const word_any *)(at + cw.off[0]) ^ cw.word[0]) |
-                    (*(const word_any *)(at + cw.off[1]) ^ cw.word[1]) |
-                    (*(const word_any *)(at + cw.off[2]) ^ cw.word[2]);
+    uint64_t diff = canary_diff(c, n, end, k);
     return diff == 0;
 }
 
@@ -537,6 +534,22 @@ static HARD_FAST void *malloc_fast(size_t size) {
     return p;
 }
 
+/* The class of p when it is a carved block start of a run with no hollow
+ * blocks, by its run (0 otherwise): for the pointers the tag window does
+ * not answer (outside it, on a page not wholly carved yet, with
+ * HAKMEM_TAG_WINDOW=0, or of a class whose blocks span slabs). */
+static HAK_NOINLINE unsigned run_block_class(void *p) {
+    unsigned e = hak_chunk_entry(p);
+    if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
+    unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
+    unsigned cls = hak_ss_tag(row, slab);
+    /* a run with hollow blocks: the full check knows about them */
+    if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
+    struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
+    if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p)) return 0;
+    return cls;
+}
+
 /* free of a live small block whose guards are intact, into the
  * quarantine: the checks of hardened_classify, check and release_small
  * with one key mix. 0 (and nothing done) for anything else: the API's
@@ -550,12 +563,15 @@ static HARD_FAST int free_fast(void *p) {
      * them (a prefetch of any address is harmless) */
     __builtin_prefetch(p);
     __builtin_prefetch((const char *)p - 8);
-    unsigned e = hak_chunk_entry(p);
-    if (hak_entry_kind(e) != HAK_CHUNK_SS_CHECKED) return 0;
-    unsigned row = e & ~(unsigned)HAK_SS_ENTRY_CHECKED, slab = hak_slab_index(p);
-    unsigned cls = hak_ss_tag(row, slab);
-    /* a run with hollow blocks: the full check knows about them */
-    if (cls == HAK_CLASS_INVALID || hak_ss_tag_hollow(row, slab)) return 0;
+    uintptr_t tag = hak_window_tag(p);
+    unsigned cls = (unsigned)(tag / HAK_TAG_SCALE);
+    if (HAK_LIKELY(tag < HAK_TAG_HOLLOW && live_checks[cls].limit)) {
+        /* the hit path's test, on the box's own copy of its table: a
+         * block start of the page's run, every block of the page carved */
+        if ((uint64_t)(uint16_t)(uintptr_t)p * live_checks[cls].mul >= live_checks[cls].limit) return 0;
+    } else if (!(cls = run_block_class(p))) {
+        return 0;
+    }
     /* The canary lies in the block's last lines, within a class step (an
      * eighth to a quarter) before its end: its loads would wait for the
      * head guard's line, which says where it starts. They start now. */
@@ -563,8 +579,7 @@ static HARD_FAST int free_fast(void *p) {
     __builtin_prefetch(end);
     __builtin_prefetch(end - 64);
     __builtin_prefetch(end - 128);
-    struct hak_slab *sl = hak_slab_of(hak_ss_of(p), p);
-    if (!hak_slab_is_block_start(sl, p) || !hak_slab_block_carved(sl, p) || hak_mark_is_set(p)) return 0;
+    if (hak_mark_is_set(p)) return 0;
     uint64_t k = block_key(p), w = *(const word64 *)p;
     if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return 0;
     quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
