@@ -9,28 +9,33 @@ void (*hak_link_bad)(const void *blk);
  * (backend/heap_remote.c) */
 HAK_INLINE uint32_t *check_word(void *blk) { return (uint32_t *)blk + 2; }
 
-/* Inlined although this file is compiled for size (src/meson.build): with
- * the hardened box every refill and flush runs these for each block, and
- * as calls they were a fifth of the link's cost. */
-HAK_INLINE uintptr_t addr_key(const void *blk) {
-    return hak_mix64((uintptr_t)blk ^ hak_link_key) & ADDR_MASK;
+/* One mix of the block's address and the key serves both words: its low
+ * 48 bits key the link, and the whole of it, as an odd multiplier, the
+ * check of the link it decodes to, so a link changed by any amount fails
+ * its check unless the block's mix is known. Inlined although this file
+ * is compiled for size (src/meson.build): with the hardened box every
+ * refill and flush runs these for each block. */
+HAK_INLINE uint64_t block_mix(const void *blk) {
+    return hak_mix64((uintptr_t)blk ^ hak_link_key);
 }
 
-HAK_INLINE uint32_t link_check(const void *blk, uintptr_t enc) {
-    return (uint32_t)(hak_mix64(enc ^ ((uintptr_t)blk << 16) ^ ~hak_link_key) >> 32);
+HAK_INLINE uint32_t link_check(uint64_t m, uintptr_t enc) {
+    return (uint32_t)(((enc ^ m) * (m | 1)) >> 32);
 }
 
 void hak_list_set_guarded(void *blk, void *next) {
-    uintptr_t enc = (uintptr_t)next ^ addr_key(blk);
+    uint64_t m = block_mix(blk);
+    uintptr_t enc = (uintptr_t)next ^ (m & ADDR_MASK);
     hak_link_set(blk, (void *)enc);
-    hak_word_put(check_word(blk), link_check(blk, enc));
+    hak_word_put(check_word(blk), link_check(m, enc));
 }
 
 void *hak_list_get_guarded(void *blk) {
     uintptr_t enc = (uintptr_t)hak_link_get(blk);
-    if (HAK_UNLIKELY((enc & ~ADDR_MASK) || hak_word_get(check_word(blk)) != link_check(blk, enc))) {
+    uint64_t m = block_mix(blk);
+    if (HAK_UNLIKELY((enc & ~ADDR_MASK) || hak_word_get(check_word(blk)) != link_check(m, enc))) {
         if (hak_link_bad) hak_link_bad(blk);
         return NULL;
     }
-    return (void *)(enc ^ addr_key(blk));
+    return (void *)(enc ^ (m & ADDR_MASK));
 }
