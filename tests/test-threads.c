@@ -1500,6 +1500,77 @@ test_contention (void)
     join (t[i]);
 }
 
+/* The hardened box bounds its quarantines by the process: with more than
+ * four threads holding its state, each holds four quarantines' worth
+ * shared among them. A block written after its free is checked (and the
+ * write reported) when it leaves its thread's quarantine: 86 to 96 KiB
+ * of other frees (blocks of a class up to 320 B) leave it in a
+ * quarantine of HAKMEM_QUARANTINE_KB (128 KiB) when its thread is the
+ * only one, and push it out of its share (57 KiB) when eight more
+ * threads hold state. Each case runs in a subprocess, as the report
+ * aborts it. */
+enum { QSHARE_SIZE = 256, QSHARE_OTHERS = 8, QSHARE_FREED = 96 << 10 };
+static pthread_barrier_t qshare_ready, qshare_done;
+
+static void *
+qshare_thread (void *arg)
+{
+  (void) arg;
+  T (free) (T (malloc) (QSHARE_SIZE));   /* the box's state for this thread */
+  pthread_barrier_wait (&qshare_ready);
+  pthread_barrier_wait (&qshare_done);
+  return NULL;
+}
+
+static void
+qshare_case (unsigned others)
+{
+  pthread_t t[QSHARE_OTHERS];
+  g_assert_cmpint (pthread_barrier_init (&qshare_ready, NULL, others + 1), ==, 0);
+  g_assert_cmpint (pthread_barrier_init (&qshare_done, NULL, others + 1), ==, 0);
+  for (unsigned i = 0; i < others; i++)
+    t[i] = spawn (qshare_thread, NULL);
+  pthread_barrier_wait (&qshare_ready);
+  size_t n = QSHARE_FREED / (QSHARE_SIZE + 64);   /* blocks of a class up to 320 B */
+  void **v = T (malloc) (n * sizeof *v);
+  for (size_t i = 0; i < n; i++)
+    v[i] = T (malloc) (QSHARE_SIZE);
+  unsigned char *p = T (malloc) (QSHARE_SIZE);
+  T (free) (p);
+  ((volatile unsigned char *) p)[16] ^= 0xa5;   /* the bug: a write after free */
+  for (size_t i = 0; i < n; i++)
+    T (free) (v[i]);
+  pthread_barrier_wait (&qshare_done);
+  for (unsigned i = 0; i < others; i++)
+    join (t[i]);
+  T (free) (v);
+}
+
+static void
+test_hardened_quarantine_shared (void)
+{
+  if (!ht_safety_hardened () || g_getenv ("HAKMEM_QUARANTINE_KB"))
+    {
+      g_test_skip ("the hardened box's quarantine, at its default size");
+      return;
+    }
+  if (g_test_subprocess ())
+    {
+      qshare_case ((unsigned) atoi (g_getenv ("HT_QSHARE_OTHERS")));
+      return;
+    }
+  char others[16];
+  g_snprintf (others, sizeof others, "%d", QSHARE_OTHERS);
+  g_setenv ("HT_QSHARE_OTHERS", "0", TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  g_setenv ("HT_QSHARE_OTHERS", others, TRUE);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_failed ();
+  g_test_trap_assert_stderr ("*write after free*");
+  g_unsetenv ("HT_QSHARE_OTHERS");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1527,6 +1598,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/growing-tiny-class-alone-refills-in-runs",
                    test_growing_tiny_class_alone_refills_in_runs);
   g_test_add_func ("/threads/flush-returns-each-block-once", test_flush_returns_each_block_once);
+  g_test_add_func ("/threads/hardened-quarantine-shared", test_hardened_quarantine_shared);
 
   return g_test_run ();
 }

@@ -37,7 +37,7 @@ static const struct { const char *env, *summary; } summaries[] = {
     { "HAKMEM_LARGE_CACHE_MB", "MiB of freed large spans kept (or a quarter of those in use)" },
     { "HAKMEM_DECAY_MS", "free memory idle this long goes back to the OS; 0 = no clock" },
     { "HAKMEM_TAG_WINDOW", "0 = every small free through the chunk map (testing)" },
-    { "HAKMEM_QUARANTINE_KB", "HAKMEM_SAFETY=hardened: KiB of freed blocks a thread keeps out of use" },
+    { "HAKMEM_QUARANTINE_KB", "HAKMEM_SAFETY=hardened: KiB of freed blocks a thread keeps out of use (beyond 4 threads, 4 times this shared)" },
 };
 
 static char buf[32768];

@@ -5,6 +5,7 @@
 #include "backend/heap.h"
 #include "backend/large.h"
 #include "os/os.h"
+#include "safety/safety.h"
 #include "backend/superslab.h"
 #include "backend/transfer.h"
 
@@ -52,6 +53,7 @@ static void fork_child(void) {
     hak_ss_fork_child();
     hak_xfer_fork_child();
     hak_heap_fork_child();
+    if (hak_safety && hak_safety->hardened) hak_safety->hardened->fork_child();
     /* This handler running proves the registration done, even if the
      * fork landed before the registering thread, absent here, said so. */
     atomic_store_explicit(&registered, HAK_FORK_REGISTERED, memory_order_relaxed);

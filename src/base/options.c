@@ -39,7 +39,7 @@ struct hak_option hak_options[HAK_OPT_COUNT] = {
     [HAK_OPT_TAG_WINDOW] = { "tag_window", "HAKMEM_TAG_WINDOW", HAK_OPT_BOOL, { 0 }, "1",
         "1 = the free hit path finds a block's size class in a table by page over 16 GiB of address space placed at start-up; 0 = every free of a small block is classified through the chunk map, as those of SuperSlabs outside that range are (slower; for testing that path)", 0, 0 },
     [HAK_OPT_QUARANTINE_KB] = { "quarantine_kb", "HAKMEM_QUARANTINE_KB", HAK_OPT_NUMBER, { 0 }, "128",
-        "HAKMEM_SAFETY=hardened: KiB of freed small blocks each thread keeps out of use (filled with a pattern that is checked when they leave, so a write after free is reported and a double free found); 0 = none", 0, 0,
+        "HAKMEM_SAFETY=hardened: KiB of freed small blocks each thread keeps out of use (filled with a pattern that is checked when they leave, so a write after free is reported and a double free found), while at most 4 threads allocate; more share 4 times this; 0 = none", 0, 0,
         (long)1 << 30 },
 };
 

@@ -44,6 +44,7 @@
 #define HARD_STASH 16u          /* free blocks of a class a thread picks from */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
+#define HARD_QUAR_SHARED 4u     /* threads whose quarantines are held in full; more share that much */
 #define HARD_RETURN 16u         /* blocks leaving the quarantine sent back at once */
 #define HARD_SMALL_TAIL 24u     /* canary (8 at least), size word, next head guard */
 #define HARD_LARGE_TAIL 16u     /* canary (8 at least), size word; then the guard page */
@@ -63,6 +64,17 @@ static uint8_t stash_caps[HAK_NCLASS];
  * init for free_fast; the shared table's rows then fail every pointer
  * (below, hard_init). */
 static struct hak_class_check live_checks[HAK_NBINS];
+/* Threads that have their state, and the bytes each one's quarantine
+ * holds at most: HAKMEM_QUARANTINE_KB while HARD_QUAR_SHARED threads or
+ * fewer have one, and that many quarantines' worth shared by all beyond:
+ * each thread's quarantine pins its blocks' pages, and a process of many
+ * threads would hold as many of them (0: no quarantine). Both relaxed
+ * atomics, written when a thread takes or gives back its state, on a
+ * line of their own: the keys every call reads stay clean. */
+static struct {
+    _Alignas(64) unsigned threads;
+    size_t budget;
+} quar_share;   /* aligned: its size is a whole line */
 
 /* A block's key, from which its canary, size check, head guard and marks
  * derive; one mix per call that needs any of them. */
@@ -99,6 +111,19 @@ static void hard_link_bad(const void *blk) {
     hak_report_bad("free-list", blk, HAK_REASON_LINK);
 }
 
+static HAK_COLD void budget_update(int delta) {
+    size_t full = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    unsigned n = __atomic_add_fetch(&quar_share.threads, (unsigned)delta, __ATOMIC_RELAXED);
+    for (;;) {
+        size_t b = n <= HARD_QUAR_SHARED ? full : full * HARD_QUAR_SHARED / n;
+        __atomic_store_n(&quar_share.budget, full && !b ? 1 : b, __ATOMIC_RELAXED);
+        /* another thread's store meanwhile, of an older count, is redone */
+        unsigned now = __atomic_load_n(&quar_share.threads, __ATOMIC_RELAXED);
+        if (now == n) return;
+        n = now;
+    }
+}
+
 static HAK_COLD void hard_init(void) {
     /* independent words: none derives from another, so no stored value
      * (a fill byte, a link, a canary) leads back to the secret */
@@ -118,6 +143,7 @@ static HAK_COLD void hard_init(void) {
     }
     hak_link_bad = hard_link_bad;
     hak_link_key = (uintptr_t)r[3] | 1;
+    budget_update(0);
     /* The tag window stays on (api/init.c) for free_fast's ownership
      * test, but the hit paths and hak_free_miss read the same tags: each
      * class's shared row becomes { 1, 0 }, which no pointer passes and
@@ -278,6 +304,7 @@ static struct hard_thread *self_of(struct hak_tls *t) {
     memset(s, 0, sizeof *s);
     s->rng = hak_mix64(secret ^ (uintptr_t)s) | 1;
     hard_self = s;
+    budget_update(1);
     return s;
 }
 
@@ -468,7 +495,7 @@ static inline void quarantine(struct hak_tls *t, struct hard_thread *s, void *p,
 
 static HAK_COLD void release_small(struct hak_tls *t, void *p, unsigned cls) {
     struct hard_thread *s = self_of(t);
-    size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    size_t budget = __atomic_load_n(&quar_share.budget, __ATOMIC_RELAXED);
     if (!s || !budget) {
         to_heap(t, &p, 1);
         return;
@@ -484,8 +511,14 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
     for (unsigned c = 0; c < HAK_NCLASS; c++)
         if (s->nstash[c]) to_heap(t, s->stash[c], s->nstash[c]);
     hard_self = NULL;
+    budget_update(-1);
     void *self = s;
     to_heap(t, &self, 1);
+}
+
+static HAK_COLD void fork_child(void) {
+    __atomic_store_n(&quar_share.threads, 0, __ATOMIC_RELAXED);
+    budget_update(hard_self != NULL);
 }
 
 /* ---- the thread's cache: malloc and free in one call each --------------- */
@@ -556,7 +589,7 @@ static HAK_NOINLINE unsigned run_block_class(void *p) {
  * path then checks it again and reports what is wrong. */
 static HARD_FAST int free_fast(void *p) {
     struct hard_thread *s = hard_self;
-    size_t budget = (size_t)hak_opt(HAK_OPT_QUARANTINE_KB) << 10;
+    size_t budget = __atomic_load_n(&quar_share.budget, __ATOMIC_RELAXED);
     if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
     /* the block's first line (its mark, and its head guard unless it
      * starts a line), which the checks below wait for: asked for before
@@ -614,6 +647,7 @@ static const struct hak_hardened_ops hardened_ops = {
     .release_small = release_small,
     .disarm_large = disarm_large,
     .thread_exit = thread_exit,
+    .fork_child = fork_child,
     .malloc_fast = malloc_fast,
     .free_fast = free_fast,
 };

@@ -77,6 +77,8 @@ struct hak_hardened_ops {
     void (*disarm_large)(void *p, size_t usable);
     /* Thread exit (t still live): what the thread keeps goes back. */
     void (*thread_exit)(struct hak_tls *t);
+    /* In a child after fork: its one thread is the only one with state. */
+    void (*fork_child)(void);
     /* The common cases in one call each, tried first: malloc of a small
      * block the thread has at hand (NULL: take the path above), and free
      * of a live small block with intact guards (0, with nothing done:
