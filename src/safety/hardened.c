@@ -26,7 +26,9 @@
  * pattern, and a second free of a block in there (from any thread) finds
  * its quarantine mark. Blocks come from a few kept per class, picked at
  * random. The free-list links of the backend are keyed (base/link_guard.h).
- * Every key derives from one random secret taken at init. */
+ * Every key derives from one random secret taken at init. free's common
+ * path knows a live block as the default's hit path does, by its page's
+ * tag in the tag window and its class's block-start check. */
 #include "safety/safety.h"
 #include "base/bin.h"
 #include "base/link_guard.h"

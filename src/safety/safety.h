@@ -45,8 +45,9 @@ HAK_DATA const struct hak_safety_ops hak_safety_hardened;  /* only with -Dharden
 
 /* The hardened box (safety/hardened.c) wraps the backend's blocks. Chosen,
  * it gives the bins no room (so every malloc and free misses the hit
- * path) and checks every free (HAK_SS_ENTRY_CHECKED); the API's miss
- * paths then call these instead of the caches. A small block is laid out
+ * path) and checks every free (HAK_SS_ENTRY_CHECKED; the tag window stays
+ * on for its own use, with the hit path's checks turned to fail every
+ * pointer); the API's miss paths then call these instead of the caches. A small block is laid out
  * as: the request, a canary, the recorded request size (checked with the
  * process's secret), and a last word that is the next block's head guard;
  * a large block ends in an inaccessible guard page. */
