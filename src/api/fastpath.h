@@ -91,7 +91,8 @@ HAK_INLINE void *hak_alloc_inline(size_t size) {
  * skip the safety box (free slabs, the header, large spans, foreign
  * memory, checked SuperSlabs), have HAK_CLASS_INVALID. That class's check
  * (mul = limit = 0) always fails, so such a pointer gets 0 and is checked
- * on a slow path. */
+ * on a slow path. The hardened box keeps the tags and makes every row's
+ * check fail instead (safety/hardened.c). */
 /* The same test for a pointer whose tag is known. */
 HAK_INLINE int hak_tag_live(const void *p, uintptr_t tag) {
     const struct hak_class_check *check =

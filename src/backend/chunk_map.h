@@ -65,6 +65,9 @@ enum hak_chunk_kind {
  * frees take hak_free_miss, which classifies them through the chunk map:
  * correct, only slower. The same holds for every SuperSlab when the safety
  * box checks every free (HAK_SS_ENTRY_CHECKED) or with HAKMEM_TAG_WINDOW=0.
+ * The hardened box keeps the tags but sets every row of hak_class_magic to
+ * a check no pointer passes, so its frees reach it through the slow path
+ * while it reads the window with a private copy of the rows.
  * hak_ss_tags (by slab) stays the reference the slow paths read.
  *
  * A page, not a slab, so that the window knows how far a run is carved: a
