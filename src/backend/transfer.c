@@ -65,6 +65,13 @@ unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
     return t.n;
 }
 
+unsigned hak_xfer_take_larger(unsigned cls, struct hak_bin *b) {
+    unsigned got = 0;
+    for (unsigned big = cls + 1; !got && big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++)
+        if (hak_class_stands_in(big, cls)) got = hak_xfer_take(big, b);
+    return got;
+}
+
 void hak_xfer_send_idle(struct hak_heap *h, uint32_t period) {
     uint32_t now = hak_os_clock_ms();
     for (unsigned c = 0; c < HAK_NBINS; c++) {
