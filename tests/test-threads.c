@@ -1102,18 +1102,17 @@ passing_consumer (void *arg)
 static void *
 passing_taker (void *arg)
 {
-  (void) arg;
-  void *p = T (malloc) (PASSED_SIZE);
+  void *p = T (malloc) ((size_t) (uintptr_t) arg);
   g_assert_nonnull (p);
   return p;
 }
 
-/* 1 if a fresh thread's first malloc of the class gets one of the
+/* 1 if a fresh thread's first malloc of size bytes gets one of the
  * owner's blocks. */
 static gboolean
-taker_gets_passed_block (void)
+taker_gets_passed_block (size_t size)
 {
-  void *p = join (spawn (passing_taker, NULL));
+  void *p = join (spawn (passing_taker, (void *) (uintptr_t) size));
   gboolean found = FALSE;
   for (int i = 0; i < PASSED_BLOCKS; i++)
     found |= p == passed[i];
@@ -1132,15 +1131,110 @@ test_full_bin_batch_passes_on (void)
       pthread_t owner = spawn (passing_owner, NULL);
       ht_stage_wait (&passed_stage, 1);
       join (spawn (passing_consumer, NULL));
-      g_assert_true (taker_gets_passed_block ());
+      g_assert_true (taker_gets_passed_block (PASSED_SIZE));
       /* what still waits goes home: the next taker carves its own */
       T (malloc_trim) (0);
-      g_assert_false (taker_gets_passed_block ());
+      g_assert_false (taker_gets_passed_block (PASSED_SIZE));
       ht_stage_set (&passed_stage, 2);
       join (owner);
       return;
     }
   g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no batch goes home on the clock, no heap lends */
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
+/* A tiny class with no free block at hand takes a larger class's waiting
+ * batch rather than carving new pages (front/batch.c): 64-byte blocks
+ * stand in for 48-byte ones (hak_class_stands_in). Once the batches have
+ * gone home, a taker of 48 bytes carves its own. */
+static void
+test_larger_batch_stands_in (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache bins, no batches"))
+    return;
+  if (g_test_subprocess ())
+    {
+      T (free) (T (malloc) (16));
+      pthread_t owner = spawn (passing_owner, NULL);
+      ht_stage_wait (&passed_stage, 1);
+      join (spawn (passing_consumer, NULL));
+      g_assert_true (taker_gets_passed_block (48));
+      T (malloc_trim) (0);
+      g_assert_false (taker_gets_passed_block (48));
+      ht_stage_set (&passed_stage, 2);
+      join (owner);
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no batch goes home on the clock, no heap lends */
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_unsetenv ("HAKMEM_DECAY_MS");
+  g_test_trap_assert_passed ();
+}
+
+/* Blocks sent back to a heap whose thread is busy are lent before another
+ * thread carves new pages, when they are 128 bytes or more
+ * (backend/heap_refill.c, borrow): a 256-byte malloc of a fresh thread
+ * gets one of them. Smaller ones stay with their heap, so that two
+ * threads' blocks do not share cache lines: a 64-byte malloc carves its
+ * own. */
+enum { BUSY_LENT_BLOCKS = 64, BUSY_LENT_BIG = 256, BUSY_LENT_SMALL = 64 };
+static void *busy_lent_big[BUSY_LENT_BLOCKS], *busy_lent_small[BUSY_LENT_BLOCKS];
+static ht_stage busy_lent_stage = HT_STAGE_INIT;
+
+static void *
+lending_owner (void *arg)
+{
+  ht_alloc_filled (busy_lent_big, BUSY_LENT_BLOCKS, BUSY_LENT_BIG, 0x4e);
+  ht_alloc_filled (busy_lent_small, BUSY_LENT_BLOCKS, BUSY_LENT_SMALL, 0x4f);
+  ht_stage_set (&busy_lent_stage, 1);
+  ht_stage_wait (&busy_lent_stage, 2);   /* alive (and not idle) until the test is done */
+  return arg;
+}
+
+static void *
+busy_lent_freer (void *arg)
+{
+  for (int i = 0; i < BUSY_LENT_BLOCKS; i++)
+    {
+      T (free) (busy_lent_big[i]);
+      T (free) (busy_lent_small[i]);
+    }
+  return arg;
+}
+
+/* 1 if a fresh thread's first malloc of size bytes gets one of blocks. */
+static gboolean
+taker_gets_one_of (size_t size, void **blocks)
+{
+  void *p = join (spawn (passing_taker, (void *) (uintptr_t) size));
+  gboolean found = FALSE;
+  for (int i = 0; i < BUSY_LENT_BLOCKS; i++)
+    found |= p == blocks[i];
+  T (free) (p);
+  return found;
+}
+
+static void
+test_busy_heap_lends_big_blocks (void)
+{
+  if (!ht_front_bins_or_skip ("no front cache bins"))
+    return;
+  if (g_test_subprocess ())
+    {
+      T (free) (T (malloc) (16));   /* this thread has a heap: malloc_trim works through it */
+      pthread_t owner = spawn (lending_owner, NULL);
+      ht_stage_wait (&busy_lent_stage, 1);
+      join (spawn (busy_lent_freer, NULL));
+      T (malloc_trim) (0);   /* every block home: none waits in a transfer batch */
+      g_assert_true (taker_gets_one_of (BUSY_LENT_BIG, busy_lent_big));
+      g_assert_false (taker_gets_one_of (BUSY_LENT_SMALL, busy_lent_small));
+      ht_stage_set (&busy_lent_stage, 2);
+      join (owner);
+      return;
+    }
+  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no heap is idle: only busy ones lend */
   g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
   g_unsetenv ("HAKMEM_DECAY_MS");
   g_test_trap_assert_passed ();
@@ -1592,6 +1686,8 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/consumer-pushes-per-owner", test_consumer_pushes_per_owner);
   g_test_add_func ("/threads/given-block-goes-home", test_given_block_goes_home);
   g_test_add_func ("/threads/full-bin-batch-passes-on", test_full_bin_batch_passes_on);
+  g_test_add_func ("/threads/larger-batch-stands-in", test_larger_batch_stands_in);
+  g_test_add_func ("/threads/busy-heap-lends-big-blocks", test_busy_heap_lends_big_blocks);
   g_test_add_func ("/threads/orphan-inbox-collected", test_orphan_inbox_collected);
   g_test_add_func ("/threads/refill-carves-a-page", test_refill_carves_a_page);
   g_test_add_func ("/threads/growing-mid-class-refills-in-runs", test_growing_mid_class_refills_in_runs);

@@ -342,13 +342,25 @@ void *hak_heap_take_one(struct hak_heap *h, unsigned cls) {
  * lendable hint): a thread that set memory up and went on to something
  * else (a main thread waiting for its workers) never drains its inbox, and
  * its runs would fill with free blocks nobody may use while the threads
- * freeing them carve new ones. Busy heaps are left alone: borrowing from
- * them only shuffles blocks between threads that use them, at the price
- * of remote frees (docs/PERFORMANCE.md, "Remote frees and idle heaps").
+ * freeing them carve new ones. A busy heap lends too, blocks of
+ * HAK_BORROW_BUSY_MIN bytes and up: when threads pass blocks around (a
+ * ring, a pipeline), a heap whose thread lives on what others free into
+ * its bins rarely refills, and the blocks sent back to it piled up in its
+ * runs (1-2 MiB over thread_ring's 8 heaps) while the other threads carved
+ * new pages. Smaller blocks of a busy heap are left alone: beside its
+ * thread's own blocks, a borrowed one shares their cache lines, and two
+ * threads writing them fight over the lines (false_sharing at a third of
+ * its speed). Nor does an exited thread's heap lend before it is idle:
+ * its runs wait for the thread that adopts it, and blocks borrowed from
+ * it would come back to an inbox nobody drains (churn_threads' peak rose
+ * 0.4 MiB). Borrowing happens only where a carve would, so a heap whose
+ * runs have free blocks of the class never borrows (docs/PERFORMANCE.md,
+ * "Remote frees and idle heaps").
  * The blocks stay that heap's: they go back to it when freed,
  * like any block a thread frees that another one allocated. Try-locks
  * only, and at most HAK_BORROW_SCAN heaps a call. */
 #define HAK_BORROW_SCAN 32u
+#define HAK_BORROW_BUSY_MIN 128u   /* two cache lines */
 static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want) {
     uint32_t idle = (uint32_t)hak_opt(HAK_OPT_DECAY_MS);
     if (!idle) return 0;   /* no clock, no idle heap */
@@ -357,6 +369,7 @@ static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
     struct hak_heap *v = h->borrow_next ? h->borrow_next : head;
     uint64_t bit = (uint64_t)1 << (cls % 64);
     uint32_t now = hak_os_clock_ms();
+    int busy_too = hak_class_size[cls] >= HAK_BORROW_BUSY_MIN;
     unsigned got = 0;
     /* the scan resumes where the last one stopped, so that every heap is
      * looked at in turn however many there are; it stops after one lap
@@ -370,7 +383,8 @@ static unsigned borrow(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
         _Atomic uint64_t *word = &cur->lendable[cls / 64];
         if (cur == h || (!(atomic_load_explicit(word, memory_order_relaxed) & bit) &&
                          !atomic_load_explicit(&cur->inbox, memory_order_relaxed)) ||
-            (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)idle ||
+            ((!busy_too || atomic_load_explicit(&cur->orphaned, memory_order_relaxed)) &&
+             (int32_t)(now - atomic_load_explicit(&cur->active_ms, memory_order_relaxed)) < (int32_t)idle) ||
             !hak_spin_trylock(&cur->lock))
             continue;
         hak_heap_drain_inbox(cur, 1);

@@ -11,8 +11,18 @@ struct hak_xfer_class hak_xfer[HAK_NBINS] = {
     [0 ... HAK_NBINS - 1] = { .lock = HAK_SPINLOCK_INIT },
 };
 
+_Atomic uint64_t hak_xfer_mask;
+
 static uint32_t used_hint(const struct hak_xfer_class *x) {
     return atomic_load_explicit(&x->used, memory_order_relaxed);
+}
+
+/* Under x's lock: class cls's batches went from was to now. */
+static void mask_update(unsigned cls, uint32_t was, uint32_t now) {
+    if (cls >= 64 || !was == !now) return;
+    uint64_t bit = (uint64_t)1 << cls;
+    if (now) atomic_fetch_or_explicit(&hak_xfer_mask, bit, memory_order_relaxed);
+    else atomic_fetch_and_explicit(&hak_xfer_mask, ~bit, memory_order_relaxed);
 }
 
 int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n, const struct hak_heap *self, unsigned *foreign) {
@@ -38,6 +48,7 @@ int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n, const struct hak_h
     b->room += got;
     x->b[u] = (struct hak_xfer_batch){ first, last, got, hak_os_clock_ms() };
     atomic_store_explicit(&x->used, u + 1, memory_order_relaxed);
+    mask_update(cls, u, u + 1);
     hak_spin_unlock(&x->lock);
     *foreign = others;
     return 1;
@@ -54,6 +65,7 @@ unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
     }
     struct hak_xfer_batch t = x->b[u - 1];   /* the newest: its lines are the likeliest still cached */
     atomic_store_explicit(&x->used, u - 1, memory_order_relaxed);
+    mask_update(cls, u, u - 1);
     hak_spin_unlock(&x->lock);
     hak_list_set(t.last, b->head);
     b->head = t.first;
@@ -63,6 +75,13 @@ unsigned hak_xfer_take(unsigned cls, struct hak_bin *b) {
     }
     b->room -= t.n;
     return t.n;
+}
+
+unsigned hak_xfer_take_larger(unsigned cls, struct hak_bin *b) {
+    unsigned got = 0;
+    for (unsigned big = cls + 1; !got && big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++)
+        if (hak_class_stands_in(big, cls)) got = hak_xfer_take(big, b);
+    return got;
 }
 
 void hak_xfer_send_idle(struct hak_heap *h, uint32_t period) {
@@ -80,6 +99,7 @@ void hak_xfer_send_idle(struct hak_heap *h, uint32_t period) {
         }
         for (unsigned i = k; i < u; i++) x->b[i - k] = x->b[i];
         atomic_store_explicit(&x->used, u - k, memory_order_relaxed);
+        mask_update(c, u, u - k);
         hak_spin_unlock(&x->lock);
         for (unsigned i = 0; i < k; i++) {
             struct hak_bin one = { .head = gone[i].first, .room = 0, .max = gone[i].n };

@@ -43,6 +43,10 @@ struct hak_xfer_class {
 };
 HAK_DATA struct hak_xfer_class hak_xfer[HAK_NBINS];
 
+/* Bit c set while class c (< 64) has a batch waiting; changed under the
+ * class's lock. A hint for hak_xfer_larger_waiting. */
+HAK_DATA _Atomic uint64_t hak_xfer_mask;
+
 /* 1 when class cls may have a batch waiting: a hint, read without the
  * lock, so that a refill of a class with none costs a load, not a call. */
 static inline int hak_xfer_waiting(unsigned cls) {
@@ -57,6 +61,20 @@ int hak_xfer_put(unsigned cls, struct hak_bin *b, unsigned n, const struct hak_h
 /* Moves the newest batch of class cls onto the empty bin b and returns its
  * blocks (b's room goes down by as many, not below 0), or 0 if none. */
 unsigned hak_xfer_take(unsigned cls, struct hak_bin *b);
+/* A larger class's batch for a tiny class cls whose refill would carve
+ * new pages (front/batch.c): its blocks stand in for cls's
+ * (hak_class_stands_in), like a larger class's free blocks in the heap's
+ * runs. Moves it onto the empty bin b as hak_xfer_take does, or returns
+ * 0. hak_xfer_larger_waiting is its hint, loads only. */
+static inline int hak_xfer_larger_waiting(unsigned cls) {
+    /* one load when no class above cls has a batch (a single thread's
+     * refills, every time) */
+    if (cls < 63 && !(atomic_load_explicit(&hak_xfer_mask, memory_order_relaxed) >> (cls + 1))) return 0;
+    for (unsigned big = cls + 1; big < HAK_NCLASS && hak_class_size[big] <= 2 * hak_class_size[cls]; big++)
+        if (hak_xfer_waiting(big) && hak_class_stands_in(big, cls)) return 1;
+    return 0;
+}
+unsigned hak_xfer_take_larger(unsigned cls, struct hak_bin *b);
 /* Batches kept period ms or more go home through h (the caller's heap,
  * not locked: their blocks go to their runs or their owners' inboxes).
  * period 0: every batch. */

@@ -112,7 +112,16 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
         t->heap->st.refilled_blocks += got;
         t->heap->st.class_refills[cls]++;
         p = hak_bin_pop(b, b->head);
-    } else if (hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
+    } else if (hak_class_is_tiny(cls) && hak_xfer_larger_waiting(cls) &&
+               !hak_heap_refill(t->heap, cls, b, want ? want : 1, 0) &&
+               (got = hak_xfer_take_larger(cls, b)) != 0) {
+        /* no free block of cls at hand: a larger class's waiting batch
+         * (resident blocks) rather than new pages carved */
+        t->heap->st.refills++;
+        t->heap->st.refilled_blocks += got;
+        t->heap->st.class_refills[cls]++;
+        p = hak_bin_pop(b, b->head);
+    } else if (b->head || hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
         p = hak_bin_pop(b, b->head);
     } else if (spare) {
         /* nothing of cls resident: rather than carve new pages, hand out
