@@ -163,6 +163,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     if (moved) {
         s->nhollow += moved;
         hak_slab_queue_of(s)->hollow_word = 0;
+        if (!kept) hak_heap_partial_demote(h, s);   /* behind runs with resident free blocks */
     }
     h->st.hollowed_runs++;
     h->st.hollow_calls += calls;

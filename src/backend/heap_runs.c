@@ -6,20 +6,44 @@
 
 int hak_heap_keep_mid_runs;
 
+/* A class's partial list keeps its tail in its head's prev (the head is
+ * the run partial[cls] points to), so that a run can move to its end in
+ * O(1) (hak_heap_partial_demote). */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
+    struct hak_slab *head = h->partial[s->cls];
     s->state = HAK_SLAB_PARTIAL;
-    s->prev = NULL;
-    s->next = h->partial[s->cls];
-    if (s->next) s->next->prev = s;
+    s->next = head;
+    if (head) {
+        s->prev = head->prev;
+        head->prev = s;
+    } else {
+        s->prev = s;
+    }
     h->partial[s->cls] = s;
+}
+
+static void partial_cut(struct hak_heap *h, struct hak_slab *s) {
+    struct hak_slab *head = h->partial[s->cls];
+    if (s == head) h->partial[s->cls] = s->next;
+    else s->prev->next = s->next;
+    if (s->next) s->next->prev = s->prev;
+    else if (s != head) head->prev = s->prev;   /* s was the tail */
+    s->next = s->prev = NULL;
 }
 
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s) {
     hak_heap_hollow_dequeue(h, s);
-    if (s->prev) s->prev->next = s->next;
-    else h->partial[s->cls] = s->next;
-    if (s->next) s->next->prev = s->prev;
-    s->next = s->prev = NULL;
+    partial_cut(h, s);
+}
+
+void hak_heap_partial_demote(struct hak_heap *h, struct hak_slab *s) {
+    if (!s->next) return;   /* the tail already */
+    partial_cut(h, s);
+    struct hak_slab *head = h->partial[s->cls], *tail = head->prev;
+    tail->next = s;
+    s->prev = tail;
+    s->next = NULL;
+    head->prev = s;
 }
 
 /* ---- where a new run fits ---------------------------------------------
