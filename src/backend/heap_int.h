@@ -164,8 +164,9 @@ static inline void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab 
 }
 /* s leaves the queue (a block was taken from it, or it left the partial list). */
 void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s);
-/* A new run of `bytes` (pages to fault in) after a large drop: queued
- * runs, oldest first, with about as many free bytes. */
+/* A new run of `bytes` (its slabs no earlier run made resident: pages to
+ * fault in) after a large drop: queued runs, oldest first, with about as
+ * many free bytes. */
 void hak_heap_hollow_for_growth(struct hak_heap *h, size_t bytes);
 /* malloc_trim: the whole queue now (nothing with the clock off); returns
  * how many runs went hollow. */

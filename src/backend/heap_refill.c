@@ -303,6 +303,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
                     s->state = HAK_SLAB_FULL;
                     continue;
                 }
+                hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
             } else if (!(s = hak_heap_run_in_own(h, cls))) {
                 h->current[cls] = NULL;
                 if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) && hak_heap_absorb_abandoned(h))
@@ -316,7 +317,6 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             }
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
-            hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
             count_growth(h);
         }
         unsigned cap = carve_cap(h, s, cls);

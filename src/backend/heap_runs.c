@@ -304,6 +304,7 @@ struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
     purge_unpend(h, ss, pos, n);
     struct hak_slab *s = hak_ss_run_place(ss, pos, n, cls);
     room_changed(h, ss, -(int)n);
+    hak_heap_hollow_for_growth(h, (size_t)(n - dirty) << HAK_SLAB_SHIFT);
     return s;
 }
 
@@ -316,9 +317,11 @@ struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls) {
     h->st.runs_made++;
     unsigned n = hak_ss_run_slabs(cls, h->run_level[cls]);
     if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
+    unsigned dirty = hak_ss_dirty_free(ss);
     struct hak_slab *s = hak_ss_run_alloc(ss, n, cls);
     room_changed(h, ss, -(int)n);
     hak_heap_dirty_add(h, hak_ss_dirty_free(ss));   /* a SuperSlab the pool kept may have some */
+    if (s) hak_heap_hollow_for_growth(h, (size_t)(n - (dirty - hak_ss_dirty_free(ss))) << HAK_SLAB_SHIFT);
     return s;
 }
 
