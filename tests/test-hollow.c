@@ -247,6 +247,123 @@ test_small_growth_hollows_little (void)
   g_free (live);
 }
 
+/* A new run on slabs that earlier runs left resident (dirty) adds no
+ * memory, so it makes no run hollow: after the drop, 16 KiB blocks freed
+ * whole leave 4 MiB of such slabs, and 750 KB of another class fits on
+ * them. */
+static void
+test_growth_on_dirty_slabs_hollows_nothing (void)
+{
+  enum { BIG = 256, BIG_SIZE = 16 * 1024 };
+  if (!ht_partial_purge_or_skip (HOLLOW_SKIP))
+    return;
+  if (!in_process (NULL))
+    return;
+  void **big = g_new (void *, BIG);
+  for (size_t i = 0; i < BIG; i++)
+    {
+      g_assert_nonnull (big[i] = T (malloc) (BIG_SIZE));
+      ht_fill (big[i], BIG_SIZE, i);
+    }
+  void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  size_t nlive = 0;
+  for (size_t i = 0; i < N; i++)
+    {
+      g_assert_nonnull (blocks[i] = T (malloc) (SIZE));
+      ht_fill (blocks[i], SIZE, i);
+    }
+  for (size_t i = 0; i < N; i++)
+    if (i % KEEP_EVERY == 0)
+      live[nlive++] = blocks[i];
+    else
+      T (free) (blocks[i]);
+  for (size_t i = 0; i < BIG; i++)
+    T (free) (big[i]);
+  unsigned long long before = stats_hollow_blocks ();
+  grow_elsewhere (256);
+  unsigned long long hollow = stats_hollow_blocks () - before;
+  g_test_message ("%llu blocks made hollow for 750 KB on dirty slabs", hollow);
+  g_assert_cmpuint (hollow, ==, 0);
+  /* past those slabs the heap grows, and hollows again */
+  grow_elsewhere (GROW_BLOCKS);
+  g_assert_cmpuint (stats_hollow_blocks () - before, >, 0);
+  for (size_t i = 0; i < nlive; i++)
+    {
+      ht_assert_pattern (live[i], SIZE, i * KEEP_EVERY);
+      T (free) (live[i]);
+    }
+  g_free (live);
+  g_free (big);
+}
+
+/* Blocks of a class whose pages are resident are handed out before its
+ * hollow ones, whose pages would fault in again (fragment's next phase
+ * took about 4,700 hollow blocks back while others were free and
+ * resident). The runs become partly used in address order and mostly
+ * free in the reverse one, so that the runs made hollow first are the
+ * first ones on their class's list. */
+static void
+test_resident_blocks_before_hollow (void)
+{
+  if (!ht_partial_purge_or_skip (HOLLOW_SKIP))
+    return;
+  if (!in_process (NULL))
+    return;
+  void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  size_t nlive = 0;
+  for (size_t i = 0; i < N; i++)
+    {
+      g_assert_nonnull (blocks[i] = T (malloc) (SIZE));
+      ht_fill (blocks[i], SIZE, i);
+      if (i % KEEP_EVERY == 0)
+        live[nlive++] = blocks[i];
+    }
+  for (size_t i = 0; i < N; i++)
+    if (i % KEEP_EVERY == 1)
+      T (free) (blocks[i]);
+  for (size_t i = N; i-- > 0;)
+    if (i % KEEP_EVERY > 1)
+      T (free) (blocks[i]);
+  unsigned long long before = stats_hollow_blocks ();
+  grow_elsewhere (256);
+  g_assert_cmpuint (stats_hollow_blocks () - before, >, 0);
+  GHashTable *hollow = g_hash_table_new (NULL, NULL);
+  size_t freed = 0;
+  for (size_t i = 0; i < N; i++)
+    if (i % KEEP_EVERY)
+      {
+        freed++;
+        if (!page_resident (blocks[i]))
+          g_hash_table_add (hollow, blocks[i]);
+      }
+  size_t nhollow = g_hash_table_size (hollow);
+  g_assert_cmpuint (nhollow, >, 0);
+  /* half the resident free blocks */
+  size_t n = (freed - nhollow) / 2, taken = 0;
+  void **again = g_new (void *, n);
+  for (size_t i = 0; i < n; i++)
+    {
+      g_assert_nonnull (again[i] = T (malloc) (SIZE));
+      taken += g_hash_table_contains (hollow, again[i]);
+      ht_fill (again[i], SIZE, 2000000 + i);
+    }
+  g_test_message ("%zu freed blocks, %zu hollow; %zu of %zu handed out again were hollow", freed, nhollow,
+                  taken, n);
+  g_assert_cmpuint (taken, ==, 0);
+  for (size_t i = 0; i < nlive; i++)
+    ht_assert_pattern (live[i], SIZE, i * KEEP_EVERY);
+  for (size_t i = 0; i < n; i++)
+    {
+      ht_assert_pattern (again[i], SIZE, 2000000 + i);
+      T (free) (again[i]);
+    }
+  for (size_t i = 0; i < nlive; i++)
+    T (free) (live[i]);
+  g_free (again);
+  g_hash_table_destroy (hollow);
+  g_free (live);
+}
+
 /* A freed block whose page went back has lost its free mark: freeing it
  * again must still be reported (and do nothing, with warn), and so must a
  * realloc of it; no block may then be handed out twice. */
@@ -437,5 +554,7 @@ main (int argc, char **argv)
   g_test_add_func ("/hollow/remote-frees-into-hollow-runs", test_remote_frees_into_hollow_runs);
   g_test_add_func ("/hollow/steady-heap-keeps-pages", test_steady_heap_keeps_pages);
   g_test_add_func ("/hollow/small-growth-hollows-little", test_small_growth_hollows_little);
+  g_test_add_func ("/hollow/resident-blocks-before-hollow", test_resident_blocks_before_hollow);
+  g_test_add_func ("/hollow/growth-on-dirty-slabs-hollows-nothing", test_growth_on_dirty_slabs_hollows_nothing);
   return g_test_run ();
 }

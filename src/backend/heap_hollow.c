@@ -12,6 +12,11 @@
  * fault in), the oldest queued runs with about as many free bytes as the
  * new run holds go back, page by page where no block in use lies; a run
  * that waited in the queue HAK_HOLLOW_WAIT decay periods goes back too.
+ * A new run counts only its slabs no earlier run made resident (dirty
+ * ones, free runs' slabs not purged yet, add no memory): fragment's next
+ * phase puts its 64-96 KiB blocks on the slabs its drop emptied, and
+ * hollowing for those too took pages it reused (12,100-13,000 page faults
+ * in that phase against 9,600-9,800, 2,430 purge calls against 1,810-1,940).
  * Only as much as the heap grows: the program may take the rest again,
  * from the runs' free lists, and purging it would only have it fault back
  * in (fragment's next phase reuses much of what its drop freed: the whole
@@ -163,6 +168,7 @@ static void hollow_run(struct hak_heap *h, struct hak_slab *s) {
     if (moved) {
         s->nhollow += moved;
         hak_slab_queue_of(s)->hollow_word = 0;
+        if (!kept) hak_heap_partial_demote(h, s);   /* behind runs with resident free blocks */
     }
     h->st.hollowed_runs++;
     h->st.hollow_calls += calls;

@@ -69,6 +69,13 @@ struct hak_heap *hak_heap_new(void);   /* a new heap, in the registry (NULL: no 
 /* heap_runs.c; the caller holds h's lock */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s);
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s);
+/* Refill takes a class's free blocks that are resident before its hollow
+ * ones (heap_hollow.c), whose pages went back and fault in again: a run
+ * left with hollow blocks only moves to the end of its class's partial
+ * list, and refill looks for a free list in the first
+ * HAK_PARTIAL_RESIDENT_SCAN runs before it takes hollow blocks. */
+#define HAK_PARTIAL_RESIDENT_SCAN 16u
+void hak_heap_partial_demote(struct hak_heap *h, struct hak_slab *s);
 /* Adds ss to h's SuperSlabs / takes it out (with its room bucket and free_slabs) */
 void hak_heap_ss_link(struct hak_heap *h, struct hak_superslab *ss);
 void hak_heap_ss_unlink(struct hak_heap *h, struct hak_superslab *ss);
@@ -157,8 +164,9 @@ static inline void hak_heap_hollow_consider(struct hak_heap *h, struct hak_slab 
 }
 /* s leaves the queue (a block was taken from it, or it left the partial list). */
 void hak_heap_hollow_dequeue(struct hak_heap *h, struct hak_slab *s);
-/* A new run of `bytes` (pages to fault in) after a large drop: queued
- * runs, oldest first, with about as many free bytes. */
+/* A new run of `bytes` (its slabs no earlier run made resident: pages to
+ * fault in) after a large drop: queued runs, oldest first, with about as
+ * many free bytes. */
 void hak_heap_hollow_for_growth(struct hak_heap *h, size_t bytes);
 /* malloc_trim: the whole queue now (nothing with the clock off); returns
  * how many runs went hollow. */

@@ -84,6 +84,8 @@ static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_
     if (!s->nfree && !s->nhollow && s->carved == s->capacity) {
         hak_heap_partial_unlink(h, s);
         s->state = HAK_SLAB_FULL;
+    } else if (!s->nfree && s->nhollow) {
+        hak_heap_partial_demote(h, s);
     }
     return got;
 }
@@ -91,11 +93,17 @@ static unsigned take_partial(struct hak_heap *h, struct hak_slab *s, struct hak_
 /* Free blocks of h's runs of class cls, the current run's first. own: h
  * is the bin's thread's heap (a borrower takes no more than want). */
 static unsigned take_own(struct hak_heap *h, unsigned cls, struct hak_bin *bin, unsigned want, int own) {
-    struct hak_slab *s = h->current[cls];
-    if (s && (s->nfree || s->nhollow)) return take_blocks(s, bin, want, own);
-    for (s = h->partial[cls]; s; s = s->next)
-        if (s->nfree || s->nhollow) return take_partial(h, s, bin, want, own);
-    return 0;
+    struct hak_slab *s = h->current[cls], *hollow = NULL;
+    if (s && s->nfree) return take_blocks(s, bin, want, own);
+    /* resident free blocks first (HAK_PARTIAL_RESIDENT_SCAN, heap_int.h) */
+    unsigned n = 0;
+    for (struct hak_slab *p = h->partial[cls]; p; p = p->next) {
+        if (p->nfree) return take_partial(h, p, bin, want, own);
+        if (p->nhollow && !hollow) hollow = p;
+        if (++n == HAK_PARTIAL_RESIDENT_SCAN && hollow) break;
+    }
+    if (s && s->nhollow) return take_blocks(s, bin, want, own);
+    return hollow ? take_partial(h, hollow, bin, want, own) : 0;
 }
 
 /* Before a new run is made for cls (new pages to fault in), free blocks of
@@ -295,6 +303,7 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
                     s->state = HAK_SLAB_FULL;
                     continue;
                 }
+                hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
             } else if (!(s = hak_heap_run_in_own(h, cls))) {
                 h->current[cls] = NULL;
                 if (__atomic_load_n(&hak_heaps.abandoned, __ATOMIC_RELAXED) && hak_heap_absorb_abandoned(h))
@@ -308,7 +317,6 @@ static unsigned refill(struct hak_heap *h, unsigned cls, struct hak_bin *bin, un
             }
             s->state = HAK_SLAB_CURRENT;
             h->current[cls] = s;
-            hak_heap_hollow_for_growth(h, (size_t)s->nslabs << HAK_SLAB_SHIFT);
             count_growth(h);
         }
         unsigned cap = carve_cap(h, s, cls);

@@ -6,20 +6,44 @@
 
 int hak_heap_keep_mid_runs;
 
+/* A class's partial list keeps its tail in its head's prev (the head is
+ * the run partial[cls] points to), so that a run can move to its end in
+ * O(1) (hak_heap_partial_demote). */
 void hak_heap_partial_push(struct hak_heap *h, struct hak_slab *s) {
+    struct hak_slab *head = h->partial[s->cls];
     s->state = HAK_SLAB_PARTIAL;
-    s->prev = NULL;
-    s->next = h->partial[s->cls];
-    if (s->next) s->next->prev = s;
+    s->next = head;
+    if (head) {
+        s->prev = head->prev;
+        head->prev = s;
+    } else {
+        s->prev = s;
+    }
     h->partial[s->cls] = s;
+}
+
+static void partial_cut(struct hak_heap *h, struct hak_slab *s) {
+    struct hak_slab *head = h->partial[s->cls];
+    if (s == head) h->partial[s->cls] = s->next;
+    else s->prev->next = s->next;
+    if (s->next) s->next->prev = s->prev;
+    else if (s != head) head->prev = s->prev;   /* s was the tail */
+    s->next = s->prev = NULL;
 }
 
 void hak_heap_partial_unlink(struct hak_heap *h, struct hak_slab *s) {
     hak_heap_hollow_dequeue(h, s);
-    if (s->prev) s->prev->next = s->next;
-    else h->partial[s->cls] = s->next;
-    if (s->next) s->next->prev = s->prev;
-    s->next = s->prev = NULL;
+    partial_cut(h, s);
+}
+
+void hak_heap_partial_demote(struct hak_heap *h, struct hak_slab *s) {
+    if (!s->next) return;   /* the tail already */
+    partial_cut(h, s);
+    struct hak_slab *head = h->partial[s->cls], *tail = head->prev;
+    tail->next = s;
+    s->prev = tail;
+    s->next = NULL;
+    head->prev = s;
 }
 
 /* ---- where a new run fits ---------------------------------------------
@@ -280,6 +304,7 @@ struct hak_slab *hak_heap_run_in_own(struct hak_heap *h, unsigned cls) {
     purge_unpend(h, ss, pos, n);
     struct hak_slab *s = hak_ss_run_place(ss, pos, n, cls);
     room_changed(h, ss, -(int)n);
+    hak_heap_hollow_for_growth(h, (size_t)(n - dirty) << HAK_SLAB_SHIFT);
     return s;
 }
 
@@ -292,9 +317,11 @@ struct hak_slab *hak_heap_run_in_new_ss(struct hak_heap *h, unsigned cls) {
     h->st.runs_made++;
     unsigned n = hak_ss_run_slabs(cls, h->run_level[cls]);
     if (h->run_level[cls] < HAK_RUN_LEVELS - 1) h->run_level[cls]++;
+    unsigned dirty = hak_ss_dirty_free(ss);
     struct hak_slab *s = hak_ss_run_alloc(ss, n, cls);
     room_changed(h, ss, -(int)n);
     hak_heap_dirty_add(h, hak_ss_dirty_free(ss));   /* a SuperSlab the pool kept may have some */
+    if (s) hak_heap_hollow_for_growth(h, (size_t)(n - (dirty - hak_ss_dirty_free(ss))) << HAK_SLAB_SHIFT);
     return s;
 }
 
