@@ -48,16 +48,6 @@ HAK_INLINE void put_stretch(struct hak_heap *h, struct hak_slab *s, void *first,
     put_settle(h, s, first, last, n, keep_empty);
 }
 
-/* A block of a SuperSlab another heap owns joins the flush's sends (at:
- * its slab). Out of line, so that the loop below keeps few values live. */
-static HAK_NOINLINE void send_block(struct hak_heap *h, struct hak_send *sd, void *p, uintptr_t at,
-                                    struct hak_heap *owner) {
-    if (sd->last && at == sd->last->slab)   /* the last remote block's slab */
-        hak_send_prepend(sd, sd->last, p);
-    else
-        hak_send_add(h, sd, p, at, owner);
-}
-
 /* The flush's loop; keyed is a constant in each of its two copies (links
  * stored with the hardened box's key, or plain). The blocks of a stretch
  * already follow each other in the bin, linked in that order, so the
@@ -70,6 +60,7 @@ HAK_INLINE unsigned flush_blocks(struct hak_heap *h, struct hak_bin *bin, unsign
     send.last = NULL;
     struct hak_slab *s = NULL;             /* the open stretch's run ... */
     uintptr_t slab = 0;                    /* ... its slab (address >> HAK_SLAB_SHIFT; 0: none) */
+    uintptr_t rslab = 0;                   /* the last remote block's slab (0: none) */
     void *first = NULL, *last = NULL;
     unsigned len = 0, remote = 0, i = 0;
     void *p = bin->head;
@@ -85,10 +76,17 @@ HAK_INLINE unsigned flush_blocks(struct hak_heap *h, struct hak_bin *bin, unsign
         if (len) put_stretch(h, s, first, last, len, keep_empty, keyed);
         len = 0;
         slab = 0;
+        if (at == rslab) {   /* the last remote block's slab: its stretch, its owner */
+            hak_send_prepend(&send, send.last, p);
+            remote++;
+            p = next;
+            continue;
+        }
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_heap *owner = hak_ss_owner(ss);
         if (HAK_UNLIKELY(owner != h)) {
-            send_block(h, &send, p, at, owner);
+            hak_send_add(h, &send, p, at, owner);
+            rslab = at;
             remote++;
             p = next;
             continue;
