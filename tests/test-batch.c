@@ -232,6 +232,96 @@ mixed_freer (void *arg)
   return NULL;
 }
 
+/* The same blocks freed in allocation order, another heap's block after
+ * every fourth own one: the own blocks of one slab that follow each other
+ * in the bin go back to their run as the bin links them, a stretch ending
+ * at each of the other heap's blocks. The owner then takes blocks again
+ * (its own that came back among them), and the freer's next mallocs must
+ * hand out none of those: a block of the other heap left on one of the
+ * freer's runs would be handed out twice. */
+static ht_stage order_stage = HT_STAGE_INIT;   /* 1: freed; 2: the owner holds blocks; 3: checked */
+static GHashTable *owner_holds;
+
+static void *
+ordered_owner (void *arg)
+{
+  (void) arg;
+  ht_alloc_filled (owner_blocks, MIXED, SMALL, 0x33);
+  memcpy (mixed, owner_blocks, sizeof owner_blocks);
+  ht_stage_set (&owner_stage, 1);
+  ht_stage_wait (&order_stage, 1);
+  enum { AGAIN = MIXED + BIN_MAX + 256 };
+  void **again = g_new (void *, AGAIN);
+  ht_alloc_filled (again, AGAIN, SMALL, 0x44);
+  owner_holds = g_hash_table_new (NULL, NULL);
+  size_t back = 0;
+  for (size_t i = 0; i < AGAIN; i++)
+    g_hash_table_add (owner_holds, again[i]);
+  for (size_t i = 0; i < MIXED; i++)
+    back += g_hash_table_contains (owner_holds, owner_blocks[i]);
+  g_test_message ("%zu of the owner's %d blocks came back to it", back, MIXED);
+  g_assert_cmpuint (back, >, 0);
+  ht_stage_set (&order_stage, 2);
+  ht_stage_wait (&order_stage, 3);
+  g_hash_table_destroy (owner_holds);
+  for (size_t i = 0; i < AGAIN; i++)
+    T (free) (again[i]);
+  g_free (again);
+  return NULL;
+}
+
+static void *
+ordered_freer (void *arg)
+{
+  (void) arg;
+  void **own = mixed + MIXED;
+  ht_alloc_filled (own, MIXED, SMALL, 0x55);
+  size_t other = 0;
+  for (size_t i = 0; i < MIXED; i++)
+    {
+      T (free) (own[i]);
+      if (i % 4 == 3)
+        T (free) (mixed[other++]);
+    }
+  while (other < MIXED)
+    T (free) (mixed[other++]);
+  ht_stage_set (&order_stage, 1);
+  ht_stage_wait (&order_stage, 2);
+  enum { AGAIN = 2 * MIXED };
+  void **again = g_new (void *, AGAIN);
+  ht_alloc_filled (again, AGAIN, SMALL, 0x66);
+  HtRange *r = g_new (HtRange, AGAIN);
+  for (size_t i = 0; i < AGAIN; i++)
+    {
+      g_assert_false (g_hash_table_contains (owner_holds, again[i]));
+      g_assert_true (ht_all_bytes (again[i], SMALL, 0x66));
+      r[i] = (HtRange) { (uintptr_t) again[i], (uintptr_t) again[i] + SMALL };
+    }
+  ht_assert_disjoint (r, AGAIN);
+  g_free (r);
+  ht_stage_set (&order_stage, 3);
+  for (size_t i = 0; i < AGAIN; i++)
+    T (free) (again[i]);
+  g_free (again);
+  return NULL;
+}
+
+static void
+test_ordered_flush_puts_stretches (void)
+{
+  if (!ht_plain_blocks_or_skip ("freed blocks wait in the hardened box's quarantine"))
+    return;
+  if (!ht_front_bins_or_skip ("no front cache box: every free goes to the heap on its own"))
+    return;
+  if (!in_fresh_process ("60000"))
+    return;
+  pthread_t owner;
+  g_assert_cmpint (pthread_create (&owner, NULL, ordered_owner, NULL), ==, 0);
+  ht_stage_wait (&owner_stage, 1);
+  run_in_thread (ordered_freer, NULL);
+  g_assert_cmpint (pthread_join (owner, NULL), ==, 0);
+}
+
 static void
 test_mixed_flush_sends_other_heaps_blocks (void)
 {
@@ -324,6 +414,7 @@ main (int argc, char **argv)
   g_test_add_func ("/batch/small-bin-takes-part-of-list", test_small_bin_takes_part_of_list);
   g_test_add_func ("/batch/scattered-frees-empty-runs", test_scattered_frees_empty_runs);
   g_test_add_func ("/batch/mixed-flush-sends-other-heaps-blocks", test_mixed_flush_sends_other_heaps_blocks);
+  g_test_add_func ("/batch/ordered-flush-puts-stretches", test_ordered_flush_puts_stretches);
   g_test_add_func ("/batch/growth-flushes-idle-mid-bin", test_growth_flushes_idle_mid_bin);
   g_test_add_func ("/batch/growth-flushes-idle-tiny-bin", test_growth_flushes_idle_tiny_bin);
   return g_test_run ();

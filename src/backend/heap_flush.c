@@ -5,10 +5,10 @@
 
 /* A flush hands a bin's blocks back to their runs a stretch at a time: the
  * blocks of one slab that come one after the other in the bin (a program
- * frees in the order it allocated, or a bin refilled from one run) are
- * chained first and given to their run at once, so each of them costs a
- * link and a compare, and the run's counts and state are seen once a
- * stretch (docs/PERFORMANCE.md, "Runs").
+ * frees in the order it allocated, or a bin refilled from one run) go to
+ * their run at once, as the bin links them, so each of them costs a load
+ * and a compare, and the run's counts and state are seen once a stretch
+ * (docs/PERFORMANCE.md, "Runs").
  * A program that frees in another order than it allocated (a tree freed in
  * post-order, a random mix) makes stretches of one block: a flush of 128
  * 48-byte blocks touched 60-70 slabs. So a stretch's own cost is kept
@@ -49,14 +49,20 @@ HAK_INLINE void put_stretch(struct hak_heap *h, struct hak_slab *s, void *first,
 }
 
 /* The flush's loop; keyed is a constant in each of its two copies (links
- * stored with the hardened box's key, or plain). Returns the blocks that
- * went to other heaps. */
+ * stored with the hardened box's key, or plain). The blocks of a stretch
+ * already follow each other in the bin, linked in that order, so the
+ * stretch goes back as it is, its last block linked to its run's list: a
+ * block inside a stretch costs a load and a compare. A block of the last
+ * remote block's slab joins that block's send stretch with no look at
+ * its owner (a call for every remote block cost producer_consumer 2%).
+ * Returns the blocks that went to other heaps. */
 HAK_INLINE unsigned flush_blocks(struct hak_heap *h, struct hak_bin *bin, unsigned n, int keep_empty, int keyed) {
     struct hak_send send;
     send.used = send.evict = 0;
     send.last = NULL;
     struct hak_slab *s = NULL;             /* the open stretch's run ... */
     uintptr_t slab = 0;                    /* ... its slab (address >> HAK_SLAB_SHIFT; 0: none) */
+    uintptr_t rslab = 0;                   /* the last remote block's slab (0: none) */
     void *first = NULL, *last = NULL;
     unsigned len = 0, remote = 0, i = 0;
     void *p = bin->head;
@@ -64,25 +70,29 @@ HAK_INLINE unsigned flush_blocks(struct hak_heap *h, struct hak_bin *bin, unsign
         void *next = keyed ? hak_list_get(p) : hak_link_get(p);
         uintptr_t at = (uintptr_t)p >> HAK_SLAB_SHIFT;
         if (at == slab) {   /* h owns it: it owned the stretch's first, and holds its lock */
-            if (keyed) hak_list_set(p, first);
-            else hak_link_set(p, first);
-            first = p;
+            last = p;
             len++;
+            p = next;
+            continue;
+        }
+        if (len) put_stretch(h, s, first, last, len, keep_empty, keyed);
+        len = 0;
+        slab = 0;
+        if (at == rslab) {   /* the last remote block's slab: its stretch, its owner */
+            hak_send_prepend(&send, send.last, p);
+            remote++;
             p = next;
             continue;
         }
         struct hak_superslab *ss = hak_ss_of(p);
         struct hak_heap *owner = hak_ss_owner(ss);
         if (HAK_UNLIKELY(owner != h)) {
-            if (send.last && at == send.last->slab)   /* the last remote block's slab */
-                hak_send_prepend(&send, send.last, p);
-            else
-                hak_send_add(h, &send, p, at, owner);
+            hak_send_add(h, &send, p, at, owner);
+            rslab = at;
             remote++;
             p = next;
             continue;
         }
-        if (len) put_stretch(h, s, first, last, len, keep_empty, keyed);
         s = hak_slab_of(ss, p);
         slab = at;
         first = last = p;
