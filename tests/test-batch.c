@@ -200,20 +200,37 @@ enum { MIXED = 600 };
 static void *owner_blocks[MIXED], *mixed[2 * MIXED];
 static ht_stage owner_stage = HT_STAGE_INIT;   /* 1: allocated; 2: freed by the other */
 
+/* The owner's blocks, also the first half of mixed[]. */
+static void
+owner_allocates (void)
+{
+  ht_alloc_filled (owner_blocks, MIXED, SMALL, 0x33);
+  memcpy (mixed, owner_blocks, sizeof owner_blocks);
+  ht_stage_set (&owner_stage, 1);
+}
+
+/* The owner asks again for more than it gave: AGAIN blocks into *again,
+ * and the set of them. */
+enum { AGAIN = MIXED + BIN_MAX + 256 };
+static GHashTable *
+owner_takes_again (void ***again)
+{
+  *again = g_new (void *, AGAIN);
+  ht_alloc_filled (*again, AGAIN, SMALL, 0x44);
+  GHashTable *got = g_hash_table_new (NULL, NULL);
+  for (size_t i = 0; i < AGAIN; i++)
+    g_hash_table_add (got, (*again)[i]);
+  return got;
+}
+
 static void *
 owner_thread (void *arg)
 {
   (void) arg;
-  ht_alloc_filled (owner_blocks, MIXED, SMALL, 0x33);
-  memcpy (mixed, owner_blocks, sizeof owner_blocks);
-  ht_stage_set (&owner_stage, 1);
+  owner_allocates ();
   ht_stage_wait (&owner_stage, 2);
-  enum { AGAIN = MIXED + BIN_MAX + 256 };
-  void **again = g_new (void *, AGAIN);
-  ht_alloc_filled (again, AGAIN, SMALL, 0x44);
-  GHashTable *got = g_hash_table_new (NULL, NULL);
-  for (size_t i = 0; i < AGAIN; i++)
-    g_hash_table_add (got, again[i]);
+  void **again;
+  GHashTable *got = owner_takes_again (&again);
   for (size_t i = 0; i < MIXED; i++)
     g_assert_true (g_hash_table_contains (got, owner_blocks[i]));
   g_hash_table_destroy (got);
@@ -246,17 +263,11 @@ static void *
 ordered_owner (void *arg)
 {
   (void) arg;
-  ht_alloc_filled (owner_blocks, MIXED, SMALL, 0x33);
-  memcpy (mixed, owner_blocks, sizeof owner_blocks);
-  ht_stage_set (&owner_stage, 1);
+  owner_allocates ();
   ht_stage_wait (&order_stage, 1);
-  enum { AGAIN = MIXED + BIN_MAX + 256 };
-  void **again = g_new (void *, AGAIN);
-  ht_alloc_filled (again, AGAIN, SMALL, 0x44);
-  owner_holds = g_hash_table_new (NULL, NULL);
+  void **again;
+  owner_holds = owner_takes_again (&again);
   size_t back = 0;
-  for (size_t i = 0; i < AGAIN; i++)
-    g_hash_table_add (owner_holds, again[i]);
   for (size_t i = 0; i < MIXED; i++)
     back += g_hash_table_contains (owner_holds, owner_blocks[i]);
   g_test_message ("%zu of the owner's %d blocks came back to it", back, MIXED);
@@ -287,20 +298,20 @@ ordered_freer (void *arg)
     T (free) (mixed[other++]);
   ht_stage_set (&order_stage, 1);
   ht_stage_wait (&order_stage, 2);
-  enum { AGAIN = 2 * MIXED };
-  void **again = g_new (void *, AGAIN);
-  ht_alloc_filled (again, AGAIN, SMALL, 0x66);
-  HtRange *r = g_new (HtRange, AGAIN);
-  for (size_t i = 0; i < AGAIN; i++)
+  enum { FREER_AGAIN = 2 * MIXED };
+  void **again = g_new (void *, FREER_AGAIN);
+  ht_alloc_filled (again, FREER_AGAIN, SMALL, 0x66);
+  HtRange *r = g_new (HtRange, FREER_AGAIN);
+  for (size_t i = 0; i < FREER_AGAIN; i++)
     {
       g_assert_false (g_hash_table_contains (owner_holds, again[i]));
       g_assert_true (ht_all_bytes (again[i], SMALL, 0x66));
       r[i] = (HtRange) { (uintptr_t) again[i], (uintptr_t) again[i] + SMALL };
     }
-  ht_assert_disjoint (r, AGAIN);
+  ht_assert_disjoint (r, FREER_AGAIN);
   g_free (r);
   ht_stage_set (&order_stage, 3);
-  for (size_t i = 0; i < AGAIN; i++)
+  for (size_t i = 0; i < FREER_AGAIN; i++)
     T (free) (again[i]);
   g_free (again);
   return NULL;

@@ -1107,21 +1107,24 @@ passing_taker (void *arg)
   return p;
 }
 
-/* 1 if a fresh thread's first malloc of size bytes gets one of the
- * owner's blocks. */
+/* 1 if a fresh thread's first malloc of size bytes gets one of the n
+ * blocks. */
 static gboolean
-taker_gets_passed_block (size_t size)
+taker_gets_one_of (size_t size, void *const *blocks, int n)
 {
   void *p = join (spawn (passing_taker, (void *) (uintptr_t) size));
   gboolean found = FALSE;
-  for (int i = 0; i < PASSED_BLOCKS; i++)
-    found |= p == passed[i];
+  for (int i = 0; i < n; i++)
+    found |= p == blocks[i];
   T (free) (p);
   return found;
 }
 
+/* The owner's batch, parked by the consumer's full bin, reaches a fresh
+ * thread's first malloc of size bytes; once it has gone home
+ * (malloc_trim), the next taker carves its own. */
 static void
-test_full_bin_batch_passes_on (void)
+check_batch_passes_on (size_t size)
 {
   if (!ht_front_bins_or_skip ("no front cache bins, no batches"))
     return;
@@ -1131,10 +1134,9 @@ test_full_bin_batch_passes_on (void)
       pthread_t owner = spawn (passing_owner, NULL);
       ht_stage_wait (&passed_stage, 1);
       join (spawn (passing_consumer, NULL));
-      g_assert_true (taker_gets_passed_block (PASSED_SIZE));
-      /* what still waits goes home: the next taker carves its own */
+      g_assert_true (taker_gets_one_of (size, passed, PASSED_BLOCKS));
       T (malloc_trim) (0);
-      g_assert_false (taker_gets_passed_block (PASSED_SIZE));
+      g_assert_false (taker_gets_one_of (size, passed, PASSED_BLOCKS));
       ht_stage_set (&passed_stage, 2);
       join (owner);
       return;
@@ -1145,6 +1147,12 @@ test_full_bin_batch_passes_on (void)
   g_test_trap_assert_passed ();
 }
 
+static void
+test_full_bin_batch_passes_on (void)
+{
+  check_batch_passes_on (PASSED_SIZE);
+}
+
 /* A tiny class with no free block at hand takes a larger class's waiting
  * batch rather than carving new pages (front/batch.c): 64-byte blocks
  * stand in for 48-byte ones (hak_class_stands_in). Once the batches have
@@ -1152,25 +1160,7 @@ test_full_bin_batch_passes_on (void)
 static void
 test_larger_batch_stands_in (void)
 {
-  if (!ht_front_bins_or_skip ("no front cache bins, no batches"))
-    return;
-  if (g_test_subprocess ())
-    {
-      T (free) (T (malloc) (16));
-      pthread_t owner = spawn (passing_owner, NULL);
-      ht_stage_wait (&passed_stage, 1);
-      join (spawn (passing_consumer, NULL));
-      g_assert_true (taker_gets_passed_block (48));
-      T (malloc_trim) (0);
-      g_assert_false (taker_gets_passed_block (48));
-      ht_stage_set (&passed_stage, 2);
-      join (owner);
-      return;
-    }
-  g_setenv ("HAKMEM_DECAY_MS", "60000", TRUE);   /* no batch goes home on the clock, no heap lends */
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_unsetenv ("HAKMEM_DECAY_MS");
-  g_test_trap_assert_passed ();
+  check_batch_passes_on (48);
 }
 
 /* Blocks sent back to a heap whose thread is busy are lent before another
@@ -1204,18 +1194,6 @@ busy_lent_freer (void *arg)
   return arg;
 }
 
-/* 1 if a fresh thread's first malloc of size bytes gets one of blocks. */
-static gboolean
-taker_gets_one_of (size_t size, void **blocks)
-{
-  void *p = join (spawn (passing_taker, (void *) (uintptr_t) size));
-  gboolean found = FALSE;
-  for (int i = 0; i < BUSY_LENT_BLOCKS; i++)
-    found |= p == blocks[i];
-  T (free) (p);
-  return found;
-}
-
 static void
 test_busy_heap_lends_big_blocks (void)
 {
@@ -1228,8 +1206,8 @@ test_busy_heap_lends_big_blocks (void)
       ht_stage_wait (&busy_lent_stage, 1);
       join (spawn (busy_lent_freer, NULL));
       T (malloc_trim) (0);   /* every block home: none waits in a transfer batch */
-      g_assert_true (taker_gets_one_of (BUSY_LENT_BIG, busy_lent_big));
-      g_assert_false (taker_gets_one_of (BUSY_LENT_SMALL, busy_lent_small));
+      g_assert_true (taker_gets_one_of (BUSY_LENT_BIG, busy_lent_big, BUSY_LENT_BLOCKS));
+      g_assert_false (taker_gets_one_of (BUSY_LENT_SMALL, busy_lent_small, BUSY_LENT_BLOCKS));
       ht_stage_set (&busy_lent_stage, 2);
       join (owner);
       return;
