@@ -466,10 +466,12 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
         return;
     }
-    /* a block of the thread's own heap joins its class's stash while
-     * there is room: no lock, no list (a thread that frees what it
-     * allocates never goes to its heap for them) */
-    if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
+    /* it joins its class's stash while there is room, whichever heap
+     * owns it (as the default's bins take any block of their class): no
+     * lock, no list, and a block another thread allocated is reused here
+     * rather than sent to its owner, whose next refill would take it
+     * back through its inbox (larson: most frees are of such blocks) */
+    if (s->nstash[cls] < stash_cap(cls)) {
         /* it keeps its quarantine mark (a free of it is a double free)
          * and its fill, checked again when taken */
         s->stash[cls][s->nstash[cls]++] = p;
