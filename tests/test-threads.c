@@ -1643,6 +1643,92 @@ test_hardened_quarantine_shared (void)
   g_unsetenv ("HT_QSHARE_OTHERS");
 }
 
+/* The hardened box's stash takes a block out of its thread's quarantine
+ * whichever heap owns it, as the default's bins do: blocks another
+ * thread allocated, freed here, come back from this thread's mallocs
+ * while their owner still runs (they are not sent home first). A
+ * second free of one of them is still a double free. */
+enum { FOREIGN_SIZE = 200, FOREIGN_N = 64, FOREIGN_ROUNDS = 8192 };
+static void *foreign_blocks[FOREIGN_N];
+static pthread_barrier_t foreign_ready, foreign_done;
+
+static void *
+foreign_owner (void *arg)
+{
+  (void) arg;
+  for (unsigned i = 0; i < FOREIGN_N; i++)
+    foreign_blocks[i] = T (malloc) (FOREIGN_SIZE);
+  pthread_barrier_wait (&foreign_ready);
+  pthread_barrier_wait (&foreign_done);   /* alive until the main thread is done */
+  return NULL;
+}
+
+static int
+is_foreign (const void *p)
+{
+  for (unsigned i = 0; i < FOREIGN_N; i++)
+    if (foreign_blocks[i] == p)
+      return 1;
+  return 0;
+}
+
+/* Frees the owner's blocks here, then mallocs and frees blocks of their
+ * class until one of them comes back (the quarantine passes them on in
+ * the order of their frees); returns it, or NULL. */
+static void *
+foreign_block_back (void)
+{
+  for (unsigned i = 0; i < FOREIGN_N; i++)
+    T (free) (foreign_blocks[i]);
+  for (unsigned r = 0; r < FOREIGN_ROUNDS; r++)
+    {
+      void *p = T (malloc) (FOREIGN_SIZE);
+      g_assert_nonnull (p);
+      if (is_foreign (p))
+        return p;
+      T (free) (p);
+    }
+  return NULL;
+}
+
+static void
+test_hardened_stash_takes_foreign_blocks (void)
+{
+  if (!ht_safety_hardened () || g_getenv ("HAKMEM_QUARANTINE_KB"))
+    {
+      g_test_skip ("the hardened box's stash, with its default quarantine");
+      return;
+    }
+  int subprocess = g_test_subprocess ();
+  g_assert_cmpint (pthread_barrier_init (&foreign_ready, NULL, 2), ==, 0);
+  g_assert_cmpint (pthread_barrier_init (&foreign_done, NULL, 2), ==, 0);
+  pthread_t t = spawn (foreign_owner, NULL);
+  pthread_barrier_wait (&foreign_ready);
+  if (subprocess)
+    {
+      /* another of the owner's blocks freed here: out of the
+       * quarantine (into the stash or on its way home) or still in it */
+      void *p = foreign_block_back ();
+      g_assert_nonnull (p);
+      void *q = NULL;
+      for (unsigned i = 0; i < FOREIGN_N && !q; i++)
+        if (foreign_blocks[i] != p)
+          q = foreign_blocks[i];
+      T (free) (q);   /* the bug: freed twice, its first free here too */
+      pthread_barrier_wait (&foreign_done);
+      join (t);
+      return;
+    }
+  void *p = foreign_block_back ();
+  g_assert_nonnull (p);
+  T (free) (p);
+  pthread_barrier_wait (&foreign_done);
+  join (t);
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_failed ();
+  g_test_trap_assert_stderr ("*double free*");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1673,6 +1759,7 @@ main (int argc, char **argv)
                    test_growing_tiny_class_alone_refills_in_runs);
   g_test_add_func ("/threads/flush-returns-each-block-once", test_flush_returns_each_block_once);
   g_test_add_func ("/threads/hardened-quarantine-shared", test_hardened_quarantine_shared);
+  g_test_add_func ("/threads/hardened-stash-takes-foreign-blocks", test_hardened_stash_takes_foreign_blocks);
 
   return g_test_run ();
 }

@@ -98,6 +98,9 @@ struct hard_thread {
     size_t quar_bytes;
     unsigned quar_head, quar_count, nreturn;
     uint8_t nstash[HAK_NCLASS];
+    /* 1 once the thread's mallocs filled the class's stash from its heap
+     * (the first malloc of a class does, the stash being empty) */
+    uint8_t allocates[HAK_NCLASS];
     void *stash[HAK_NCLASS][HARD_STASH];
     void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
     /* block | class << 56, and the block's quarantine mark: its check
@@ -350,6 +353,7 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
     unsigned want = stash_cap(cls);
     struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
     unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
+    s->allocates[cls] = 1;
     for (void *q = chain.head; q && n < got; n++) {
         void *next = hak_list_get(q);
         /* a free of it, never handed out, finds this mark */
@@ -466,10 +470,15 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
         return;
     }
-    /* a block of the thread's own heap joins its class's stash while
-     * there is room: no lock, no list (a thread that frees what it
-     * allocates never goes to its heap for them) */
-    if (s->nstash[cls] < stash_cap(cls) && hak_ss_owner(hak_ss_of(p)) == t->heap) {
+    /* it joins its class's stash while there is room: no lock, no list.
+     * In a thread that allocates the class, whichever heap owns it (as
+     * the default's bins take any block of their class): a block another
+     * thread allocated is reused here rather than sent to its owner,
+     * whose next refill would take it back through its inbox (larson:
+     * most frees are of such blocks). A thread that only frees the class
+     * (a consumer) keeps none of other heaps' blocks for mallocs it never
+     * makes: they go home. */
+    if (s->nstash[cls] < stash_cap(cls) && (s->allocates[cls] || hak_ss_owner(hak_ss_of(p)) == t->heap)) {
         /* it keeps its quarantine mark (a free of it is a double free)
          * and its fill, checked again when taken */
         s->stash[cls][s->nstash[cls]++] = p;
