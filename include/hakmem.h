@@ -85,7 +85,7 @@ void   hak_print_stats(void);
 
 /* The kinds of hakmem's internal locks, indexes of hak_stats.locks. */
 enum hak_stats_lock_kind {
-    HAK_STATS_LOCK_HEAP,       /* a heap's runs and lists (every heap's, summed) */
+    HAK_STATS_LOCK_HEAP,       /* a heap's runs and lists (every heap's, summed), the transfer cache */
     HAK_STATS_LOCK_HEAP_LIST,  /* the registry of heaps and queue of abandoned ones */
     HAK_STATS_LOCK_SS_POOL,    /* the pool of empty SuperSlabs */
     HAK_STATS_LOCK_LARGE,      /* the cache of large spans */

@@ -12,6 +12,18 @@
 #include <pthread.h>
 #include <sys/single_threaded.h>
 
+#ifdef __GLIBC__
+/* What glibc's pthread_atfork, a stub in libc_nonshared.a, calls. Called
+ * here directly: the stub would be linked after every object, at the end
+ * of .text among the code most programs never run (src/meson.build,
+ * hakmem_objects), and map that 64 KiB window in every threaded program. */
+extern void *__dso_handle __attribute__((weak, visibility("hidden")));
+int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void *dso);
+#define hak_atfork(prepare, parent, child) __register_atfork(prepare, parent, child, __dso_handle)
+#else
+#define hak_atfork(prepare, parent, child) pthread_atfork(prepare, parent, child)
+#endif
+
 static atomic_int registered;   /* HAK_FORK_* */
 _Atomic unsigned char hak_fork_armed;
 /* Set on the registering thread: its own allocations inside
@@ -75,7 +87,7 @@ static void register_handlers(void) {
         return;
     }
     registering = 1;
-    int failed = pthread_atfork(fork_prepare, fork_parent, fork_child);
+    int failed = hak_atfork(fork_prepare, fork_parent, fork_child);
     registering = 0;
     if (failed)
         hak_log("hakmem: warning: pthread_atfork failed: a child forked while another thread "

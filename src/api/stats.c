@@ -229,7 +229,9 @@ static void print_stats(int fd) {
 HAK_EXPORT void hak_print_stats(void) { print_stats(-1); }
 
 /* To hakmem's own descriptor (base/report.h): by the time a library's
- * destructors run, the program may have closed its stderr. */
-__attribute__((destructor)) static void print_stats_at_exit(void) {
+ * destructors run, the program may have closed its stderr. In .text.exit,
+ * which the linker puts with the code every process runs, not with the
+ * rest of this file (src/meson.build, hakmem_objects). */
+__attribute__((destructor, section(".text.exit"))) static void print_stats_at_exit(void) {
     if (atomic_load(&hak_init_state) == 2 && hak_report_wanted()) print_stats(hak_report_fd());
 }

@@ -3,7 +3,7 @@
 
 #include <stddef.h>
 
-struct hak_free_tables hak_free_tables;
+HAK_SPARSE struct hak_free_tables hak_free_tables;
 uint16_t hak_ss_entry_flag;
 unsigned hak_chunk_unmap_epoch;
 uintptr_t hak_tag_window_base;
@@ -22,7 +22,7 @@ void hak_tag_window_init(int on) {
     hak_tag_window_on = 1;
 }
 
-uint16_t *hak_chunk_dir[HAK_CHUNK_DIR_ENTRIES];
+HAK_SPARSE uint16_t *hak_chunk_dir[HAK_CHUNK_DIR_ENTRIES];
 
 _Static_assert(offsetof(struct hak_free_tables, class_magic) >= (16u << 20),
                "class_magic 16 MiB or more into the free tables (see chunk_map.h)");

@@ -79,9 +79,6 @@ static inline void *hak_large_realloc(struct hak_large *h, size_t size) {
     return hak_large_box->realloc(h, size);
 }
 static inline size_t hak_large_release_cache(void) { return hak_large_box->release_cache(); }
-static inline unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
-    return hak_large_box->decay(now, period, max_calls);
-}
 
 /* ---- shared by the implementations (backend/large.c) ------------------ */
 
@@ -136,5 +133,13 @@ HAK_DATA struct hak_large_stats hak_large_st;
 #define hak_large_count(field, n) __atomic_fetch_add(&hak_large_st.field, (n), __ATOMIC_RELAXED)
 #define hak_large_uncount(field, n) __atomic_fetch_sub(&hak_large_st.field, (n), __ATOMIC_RELAXED)
 void hak_large_stats(struct hak_large_stats *out);
+
+/* A process that never mapped a large span has none to decay: it skips
+ * the box, whose code lies among what such a process never runs
+ * (src/meson.build, hakmem_objects). */
+static inline unsigned hak_large_decay(uint32_t now, uint32_t period, unsigned max_calls) {
+    if (!__atomic_load_n(&hak_large_st.mapped, __ATOMIC_RELAXED)) return 0;
+    return hak_large_box->decay(now, period, max_calls);
+}
 
 #endif

@@ -45,7 +45,7 @@ _Static_assert(sizeof(struct hak_superslab) <= HAK_HOLLOW_BITMAP_OFF &&
 /* Dense SuperSlab indices (rows of hak_ss_tags); an unmapped SuperSlab's
  * index is reused. Guarded by pool.lock. */
 static uint32_t next_index;
-static uint16_t free_index[HAK_MAX_SS];
+static HAK_SPARSE uint16_t free_index[HAK_MAX_SS];
 static uint32_t nfree_index;
 
 static int index_take(uint32_t *out) {

@@ -7,9 +7,10 @@
 #include "base/link_guard.h"
 #include "os/os.h"
 
-struct hak_xfer_class hak_xfer[HAK_NBINS] = {
-    [0 ... HAK_NBINS - 1] = { .lock = HAK_SPINLOCK_INIT },
-};
+/* Zero-filled (.bss, locks of kind HAK_LOCK_HEAP): only the rows of the
+ * classes in use are ever touched, where an initialised table would be
+ * file-backed data, all of it resident in every process. */
+struct hak_xfer_class hak_xfer[HAK_NBINS];
 
 _Atomic uint64_t hak_xfer_mask;
 

@@ -13,6 +13,15 @@
 #define HAK_INLINE      static inline __attribute__((always_inline))
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
+/* A large zero-filled table of which a process touches a few pages: in
+ * x86-64's large-data .lbss, which the linker places after all of .bss, so
+ * that the small variables every process touches share as few pages as
+ * they can instead of lying on both sides of it. */
+#if defined(__x86_64__)
+#define HAK_SPARSE      __attribute__((section(".lbss")))
+#else
+#define HAK_SPARSE
+#endif
 #define HAK_EXPORT      __attribute__((visibility("default")))
 /* A standard name (malloc, ...) for a hak_* function: the same code, so
  * interposing costs no call (only used when HAKMEM_INTERPOSE). */
@@ -57,7 +66,7 @@ static inline size_t hak_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a
 /* What a lock guards, for the wait counts (base/spin_lock.c, reported by
  * hak_stats_get in the same order: include/hakmem.h). */
 enum hak_lock_kind {
-    HAK_LOCK_HEAP,       /* a heap's runs and lists */
+    HAK_LOCK_HEAP,       /* a heap's runs and lists; the transfer cache */
     HAK_LOCK_HEAP_LIST,  /* the registry of heaps and the abandoned queue */
     HAK_LOCK_SS_POOL,    /* the pool of empty SuperSlabs */
     HAK_LOCK_LARGE,      /* the large spans' cache */

@@ -117,7 +117,7 @@ static int parse_value(const struct hak_option *opt, const char *text, long *out
 /* The text of a path option, copied: the program may change its
  * environment's strings once it runs. */
 static const char *keep_text(enum hak_option_id id, const char *text) {
-    static char store[HAK_OPT_COUNT][HAK_OPT_PATH_MAX];   /* bss: only a set one is touched */
+    static HAK_SPARSE char store[HAK_OPT_COUNT][HAK_OPT_PATH_MAX];   /* bss: only a set one is touched */
     memcpy(store[id], text, strlen(text) + 1);
     return store[id];
 }

@@ -395,12 +395,14 @@ int hak_os_guard(void *p, size_t size, int on) {
  * threads on two cores: seconds). A lock of this layer's own (base's spin
  * lock is a layer above) only keeps two threads from mapping the next
  * region at once, and fork from copying one half installed. A region's
- * header is at its end, so a request of its own is page-aligned. */
+ * header is at its start, on the page of its first block: a process with
+ * a heap or two writes one page of the region, not two. */
 #define META_REGION ((size_t)1 << 20)
 struct meta_region {
-    _Atomic size_t used;   /* bytes handed out (past size once spent) */
-    size_t size;           /* bytes before this header */
+    _Atomic size_t used;   /* offset of the next block (past size once spent) */
+    size_t size;           /* bytes of the region, this header included */
 };
+#define META_HEAD align_up(sizeof(struct meta_region), 64)
 static _Atomic(struct meta_region *) meta_region;
 static _Atomic int meta_lock;
 static struct hak_lock_waits meta_waits;
@@ -432,11 +434,11 @@ void *hak_os_meta_alloc(size_t size) {
         struct meta_region *r = atomic_load_explicit(&meta_region, memory_order_acquire);
         if (r) {
             size_t off = atomic_fetch_add_explicit(&r->used, size, memory_order_relaxed);
-            if (off <= r->size && r->size - off >= size) return (char *)r - r->size + off;
+            if (off <= r->size && r->size - off >= size) return (char *)r + off;
         }
         meta_lock_take();
         if (atomic_load_explicit(&meta_region, memory_order_relaxed) == r) {   /* still spent */
-            size_t chunk = align_up(size + sizeof *r, OS_PAGE_SIZE);
+            size_t chunk = align_up(META_HEAD + size, OS_PAGE_SIZE);
             if (chunk < META_REGION) chunk = META_REGION;
             int saved = errno;
             void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -445,12 +447,12 @@ void *hak_os_meta_alloc(size_t size) {
                 meta_lock_drop();
                 return NULL;
             }
-            struct meta_region *n = (struct meta_region *)((char *)p + chunk - sizeof *n);
-            n->size = chunk - sizeof *n;
-            atomic_store_explicit(&n->used, size, memory_order_relaxed);   /* the first block: ours */
+            struct meta_region *n = p;
+            n->size = chunk;
+            atomic_store_explicit(&n->used, META_HEAD + size, memory_order_relaxed);   /* the first block: ours */
             atomic_store_explicit(&meta_region, n, memory_order_release);
             meta_lock_drop();
-            return p;
+            return (char *)p + META_HEAD;
         }
         meta_lock_drop();   /* another thread mapped one meanwhile: bump it */
     }
