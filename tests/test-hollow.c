@@ -61,17 +61,30 @@ grow_elsewhere (size_t count)
 /* 12 MiB of 3,000-byte blocks: about as much as a case's drop. */
 enum { GROW_BLOCKS = 4096 };
 
-/* Builds the heap and frees all but every KEEP_EVERY-th block (blocks[]
- * keeps the freed pointers, live[] the others). Returns the live count. */
-static size_t
-drop_all_but_every_kth (void **live)
+/* Builds the heap: blocks[], with nbig blocks of big_size bytes into big[]
+ * spread among them. */
+static void
+build_heap (void **big, size_t nbig, size_t big_size)
 {
   for (size_t i = 0; i < N; i++)
     {
+      if (nbig && i % (N / nbig) == 0)
+        {
+          size_t b = i / (N / nbig);
+          g_assert_nonnull (big[b] = T (malloc) (big_size));
+          ht_fill (big[b], big_size, b);
+        }
       blocks[i] = T (malloc) (SIZE);
       g_assert_nonnull (blocks[i]);
       ht_fill (blocks[i], SIZE, i);
     }
+}
+
+/* Frees all but every KEEP_EVERY-th block (blocks[] keeps the freed
+ * pointers, live[] the others). Returns the live count. */
+static size_t
+drop_all_but_every_kth (void **live)
+{
   size_t nlive = 0;
   for (size_t i = 0; i < N; i++)
     if (i % KEEP_EVERY == 0)
@@ -89,6 +102,7 @@ drop_all_but_every_kth (void **live)
 static size_t
 drop_then_allocate (void **live)
 {
+  build_heap (NULL, 0, 0);
   size_t nlive = drop_all_but_every_kth (live);
   grow_elsewhere (GROW_BLOCKS);
   return nlive;
@@ -223,6 +237,7 @@ test_small_growth_hollows_little (void)
   if (!in_process (NULL))
     return;
   void **live = g_new0 (void *, N / KEEP_EVERY + 1);
+  build_heap (NULL, 0, 0);
   size_t nlive = drop_all_but_every_kth (live);
   unsigned long long before = stats_hollow_blocks ();
   grow_elsewhere (256);
@@ -254,12 +269,12 @@ test_growth_on_dirty_slabs_hollows_nothing (void)
     return;
   if (!in_process (NULL))
     return;
+  /* the big blocks among the small ones, so that each SuperSlab with a
+   * run of them keeps live small blocks and stays with the heap: one
+   * emptied whole goes back to the SuperSlab pool, its slabs no longer
+   * the heap's dirty ones (where it does depends on the address layout) */
   void **big = g_new (void *, BIG);
-  for (size_t i = 0; i < BIG; i++)
-    {
-      g_assert_nonnull (big[i] = T (malloc) (BIG_SIZE));
-      ht_fill (big[i], BIG_SIZE, i);
-    }
+  build_heap (big, BIG, BIG_SIZE);
   void **live = g_new0 (void *, N / KEEP_EVERY + 1);
   size_t nlive = drop_all_but_every_kth (live);
   for (size_t i = 0; i < BIG; i++)
