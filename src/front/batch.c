@@ -54,6 +54,23 @@ static void bin_grow(struct hak_bin *b, uint32_t lim) {
  * a decay period later, when its peak is past. A bin a loop uses has been
  * popped since the last step. A bin whose head is the one the last look
  * saw had no pop, or a push and pop of that very block only. */
+/* Adds n to one of the heap's figures under its lock: hak_heap_snapshot
+ * (malloc_stats, hak_stats_get) reads them under it from any thread, and
+ * these counts are made outside the heap's own calls. */
+static void heap_count(struct hak_heap *h, uint64_t *figure, uint64_t n) {
+    hak_spin_lock(&h->lock);
+    *figure += n;
+    hak_spin_unlock(&h->lock);
+}
+
+static void count_refill(struct hak_heap *h, unsigned cls, unsigned got) {
+    hak_spin_lock(&h->lock);
+    h->st.refills++;
+    h->st.refilled_blocks += got;
+    h->st.class_refills[cls]++;
+    hak_spin_unlock(&h->lock);
+}
+
 void hak_cache_trim_idle(struct hak_tls *t) {
     struct hak_heap *h = t->heap;
     int ticked = h->bins_seen_tick != h->st.decay_ticks;
@@ -68,8 +85,8 @@ void hak_cache_trim_idle(struct hak_tls *t) {
         if (b->head && b->head == h->bin_mark[c]) {
             unsigned n = hak_bin_count(b);
             hak_heap_flush(h, b, n, 0);
-            h->st.idle_bins++;
-            h->st.idle_bin_blocks += n;
+            heap_count(h, &h->st.idle_bins, 1);
+            heap_count(h, &h->st.idle_bin_blocks, n);
             b->room = b->max = bin_start(c);   /* empty now */
         }
         h->bin_mark[c] = b->head;
@@ -108,18 +125,14 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
     unsigned got;
     if (hak_class_is_tiny(cls) && hak_xfer_waiting(cls) && (got = hak_xfer_take(cls, b)) != 0) {
         /* a batch another thread's bin gave up (backend/transfer.h) */
-        t->heap->st.refills++;
-        t->heap->st.refilled_blocks += got;
-        t->heap->st.class_refills[cls]++;
+        count_refill(t->heap, cls, got);
         p = hak_bin_pop(b, b->head);
     } else if (hak_class_is_tiny(cls) && hak_xfer_larger_waiting(cls) &&
                !hak_heap_refill(t->heap, cls, b, want ? want : 1, 0) &&
                (got = hak_xfer_take_larger(cls, b)) != 0) {
         /* no free block of cls at hand: a larger class's waiting batch
          * (resident blocks) rather than new pages carved */
-        t->heap->st.refills++;
-        t->heap->st.refilled_blocks += got;
-        t->heap->st.class_refills[cls]++;
+        count_refill(t->heap, cls, got);
         p = hak_bin_pop(b, b->head);
     } else if (b->head || hak_heap_refill(t->heap, cls, b, want ? want : 1, spare == NULL)) {
         p = hak_bin_pop(b, b->head);
@@ -127,7 +140,7 @@ void *hak_cache_refill_pop(struct hak_tls *t, unsigned cls) {
         /* nothing of cls resident: rather than carve new pages, hand out
          * the larger block; it goes back to its own bin when freed */
         t->standins[cls]++;
-        t->heap->st.standin_blocks++;
+        heap_count(t->heap, &t->heap->st.standin_blocks, 1);
         p = hak_bin_pop(spare, spare->head);
     } else {
         return NULL;
@@ -164,7 +177,7 @@ void hak_cache_flush_push(struct hak_tls *t, void *p, unsigned cls) {
         unsigned foreign;
         if (hak_class_is_tiny(cls) && hak_ss_owner(hak_ss_of(b->head)) != t->heap &&
             hak_xfer_put(cls, b, n, t->heap, &foreign))
-            t->heap->st.remote_blocks += foreign;
+            heap_count(t->heap, &t->heap->st.remote_blocks, foreign);
         else
             hak_heap_flush(t->heap, b, n, 0);
         bin_shrink(b, lim, keep);
