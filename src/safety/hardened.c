@@ -24,8 +24,11 @@
  * (HAKMEM_QUARANTINE_KB) filled with a pattern, checked when they leave
  * it: a write after free is reported then, a read after free sees the
  * pattern, and a second free of a block in there (from any thread) finds
- * its quarantine mark. Blocks come from a few kept per class, picked at
- * random. The free-list links of the backend are keyed (base/link_guard.h).
+ * its quarantine mark. Blocks come from a few kept per class (the stash),
+ * handed out last in, first out: a refill from the heap enters them in a
+ * random order, and a block leaving the quarantine goes on top, so the
+ * next malloc of its class takes the block whose lines the eviction's
+ * check just read. The free-list links of the backend are keyed (base/link_guard.h).
  * Every key derives from one random secret taken at init. free's common
  * path knows a live block as the default's hit path does, by its page's
  * tag in the tag window and its class's block-start check. */
@@ -101,7 +104,10 @@ struct hard_thread {
     /* 1 once the thread's mallocs filled the class's stash from its heap
      * (the first malloc of a class does, the stash being empty) */
     uint8_t allocates[HAK_NCLASS];
-    void *stash[HAK_NCLASS][HARD_STASH];
+    /* each stashed block with its key, so that malloc makes no key mix:
+     * a refill computes it for the block's stash mark, an eviction has it
+     * from the quarantine slot */
+    struct stash_slot { void *p; uint64_t k; } stash[HAK_NCLASS][HARD_STASH];
     void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
     /* block | class << 56, and the block's quarantine mark: its check
      * at eviction needs no key mix of its own */
@@ -329,23 +335,12 @@ static inline unsigned random_below(struct hard_thread *s, unsigned n) {
     return (unsigned)(((next_random(s) >> 32) * n) >> 32);
 }
 
-/* The stash's first slot holds the block the next take of its class
- * returns, chosen at random among those there when the previous one was
- * taken (or the stash was filled), so that its lines can be fetched ahead
- * of the call that needs them. */
-static inline void pick_next(struct hard_thread *s, unsigned cls, unsigned n) {
-    void **v = s->stash[cls];
-    if (n > 1) {
-        unsigned k = random_below(s, n);
-        void *q = v[0];
-        v[0] = v[k];
-        v[k] = q;
-    }
-    if (n) {
-        /* take reads its mark and fill, arm writes its tail */
-        __builtin_prefetch(v[0], 1);
-        __builtin_prefetch((char *)v[0] + hak_class_size[cls] - 16, 1);
-    }
+/* The stash's top, the block the next take of its class returns: its
+ * first line (mark and fill, read by take) and last (arm writes it),
+ * fetched ahead of that call. */
+static inline void prefetch_top(const struct stash_slot *top, unsigned cls) {
+    __builtin_prefetch(top->p, 1);
+    __builtin_prefetch((char *)top->p + hak_class_size[cls] - 16, 1);
 }
 
 /* Fills class cls's stash from the heap: several blocks under one lock. */
@@ -354,14 +349,21 @@ static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cl
     struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
     unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
     s->allocates[cls] = 1;
+    struct stash_slot *v = s->stash[cls];
     for (void *q = chain.head; q && n < got; n++) {
         void *next = hak_list_get(q);
+        uint64_t k = block_key(q);
         /* a free of it, never handed out, finds this mark */
-        *(word64 *)q = STASH_OF(block_key(q));
-        s->stash[cls][n] = q;
+        *(word64 *)q = STASH_OF(k);
+        /* the random order, given once: each block enters at a random
+         * place among those before it (a run's blocks come in address
+         * order), and the stash is taken from its top */
+        unsigned j = random_below(s, n + 1);
+        v[n] = v[j];
+        v[j] = (struct stash_slot){ q, k };
         q = next;
     }
-    pick_next(s, cls, n);
+    if (n) prefetch_top(&v[n - 1], cls);
     return n;
 }
 
@@ -369,8 +371,8 @@ static inline int still_poisoned(const void *p, size_t bs, uint64_t mark);
 
 /* A stashed block as it was put there: its mark, and the fill of one that
  * came out of the quarantine (a write after free there is found now). */
-static int stash_intact(const void *p, unsigned cls) {
-    uint64_t w = *(const word64 *)p, k = block_key(p);
+static int stash_intact(const void *p, uint64_t k, unsigned cls) {
+    uint64_t w = *(const word64 *)p;
     if (w == STASH_OF(k)) return 1;
     /* only blocks of the class itself come back from the quarantine (a
      * block standing in for a smaller class comes from the heap) */
@@ -385,12 +387,10 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
     } else {
         unsigned n = s->nstash[cls];
         if (!n && !(n = stash_fill(t, s, cls))) return NULL;
-        void **v = s->stash[cls];
-        p = v[0];
-        v[0] = v[--n];
+        struct stash_slot *v = s->stash[cls];
+        p = v[--n].p;
         s->nstash[cls] = (uint8_t)n;
-        pick_next(s, cls, n);
-        if (HAK_UNLIKELY(!stash_intact(p, cls))) {
+        if (HAK_UNLIKELY(!stash_intact(p, v[n].k, cls))) {
             hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
             return take(t, cls);   /* that one stays out of use */
         }
@@ -480,8 +480,10 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
      * makes: they go home. */
     if (s->nstash[cls] < stash_cap(cls) && (s->allocates[cls] || hak_ss_owner(hak_ss_of(p)) == t->heap)) {
         /* it keeps its quarantine mark (a free of it is a double free)
-         * and its fill, checked again when taken */
-        s->stash[cls][s->nstash[cls]++] = p;
+         * and its fill, checked again when taken; on top, the next
+         * malloc of the class takes it while the check above left its
+         * first line in the cache */
+        s->stash[cls][s->nstash[cls]++] = (struct stash_slot){ p, mark ^ QUAR_OF(0) };
         return;
     }
     s->returning[s->nreturn++] = p;
@@ -519,8 +521,11 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
     if (!s) return;
     while (s->quar_count) evict(t, s);
     return_all(t, s);
-    for (unsigned c = 0; c < HAK_NCLASS; c++)
-        if (s->nstash[c]) to_heap(t, s->stash[c], s->nstash[c]);
+    for (unsigned c = 0; c < HAK_NCLASS; c++) {
+        void *v[HARD_STASH];
+        for (unsigned i = 0; i < s->nstash[c]; i++) v[i] = s->stash[c][i].p;
+        if (s->nstash[c]) to_heap(t, v, s->nstash[c]);
+    }
     hard_self = NULL;
     budget_update(-1);
     void *self = s;
@@ -548,8 +553,8 @@ static inline unsigned class_by_table(size_t need) {
 }
 
 /* malloc of a small block from the thread's stash, guards written: the
- * same steps as the API's path through take and arm, with one key mix
- * and no call on the way. NULL when the request is not that case (no
+ * same steps as the API's path through take and arm, with the key the
+ * stash keeps and no call on the way. NULL when the request is not that case (no
  * state yet for the thread, a large request, an empty stash); the caller
  * then takes that path, which also refills. */
 static HARD_FAST void *malloc_fast(size_t size) {
@@ -558,12 +563,11 @@ static HARD_FAST void *malloc_fast(size_t size) {
     unsigned cls = class_by_table(size + HARD_SMALL_TAIL);
     unsigned n = s->nstash[cls];
     if (HAK_UNLIKELY(n == 0)) return NULL;
-    void **v = s->stash[cls];
-    char *p = v[0];
-    v[0] = v[--n];
+    struct stash_slot *v = &s->stash[cls][--n];
+    char *p = v->p;
+    uint64_t k = v->k, w = *(const word64 *)p;
     s->nstash[cls] = (uint8_t)n;
-    pick_next(s, cls, n);
-    uint64_t k = block_key(p), w = *(const word64 *)p;
+    if (n) prefetch_top(v - 1, cls);
     size_t bs = hak_class_size[cls];
     if (w == STASH_OF(k)) {
         /* from the heap: it may be of a larger class standing in */
