@@ -46,7 +46,7 @@
 
 #define HARD_CANARY_MAX 16u     /* canary bytes written and checked past a request */
 #define HARD_FILL_MAX 64u       /* bytes of a quarantined block, its mark included, filled and checked */
-#define HARD_STASH 16u          /* free blocks of a class a thread picks from */
+#define HARD_STASH 32u          /* free blocks of a class a thread keeps at most */
 #define HARD_STASH_BYTES 16384u /* ... fewer of large classes: 2 at least */
 #define HARD_QUAR_SLOTS 1024u   /* quarantined blocks a thread holds at most */
 #define HARD_QUAR_SHARED 4u     /* threads whose quarantines are held in full; more share that much */
@@ -101,14 +101,17 @@ struct hard_thread {
     size_t quar_bytes;
     unsigned quar_head, quar_count, nreturn;
     uint8_t nstash[HAK_NCLASS];
-    /* 1 once the thread's mallocs filled the class's stash from its heap
-     * (the first malloc of a class does, the stash being empty) */
+    /* 1 once the thread mallocs the class (from its stash, or filling
+     * it from its heap) */
     uint8_t allocates[HAK_NCLASS];
+    void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
+    /* What follows is read only below the counts above: it is not zeroed
+     * when a thread takes its state, so the pages of classes the thread
+     * never uses stay untouched. */
     /* each stashed block with its key, so that malloc makes no key mix:
      * a refill computes it for the block's stash mark, an eviction has it
      * from the quarantine slot */
     struct stash_slot { void *p; uint64_t k; } stash[HAK_NCLASS][HARD_STASH];
-    void *returning[HARD_RETURN];      /* out of quarantine, checked, still marked */
     /* block | class << 56, and the block's quarantine mark: its check
      * at eviction needs no key mix of its own */
     struct quar_slot { uintptr_t at; uint64_t mark; } quar[HARD_QUAR_SLOTS];
@@ -312,7 +315,7 @@ static struct hard_thread *self_of(struct hak_tls *t) {
     if (HAK_LIKELY(s != NULL)) return s;
     s = hak_heap_take_one(t->heap, hak_class_of(sizeof *s));
     if (!s) return NULL;
-    memset(s, 0, sizeof *s);
+    memset(s, 0, offsetof(struct hard_thread, stash));
     s->rng = hak_mix64(secret ^ (uintptr_t)s) | 1;
     hard_self = s;
     budget_update(1);
@@ -343,9 +346,15 @@ static inline void prefetch_top(const struct stash_slot *top, unsigned cls) {
     __builtin_prefetch((char *)top->p + hak_class_size[cls] - 16, 1);
 }
 
-/* Fills class cls's stash from the heap: several blocks under one lock. */
+/* Fills class cls's empty stash from the heap, to half its room: several
+ * blocks under one lock. A stash whose frees and mallocs of its class
+ * come in random turns (a random walk) then starts as far from empty as
+ * from full, and next reaches either only after about (room / 2)^2 of
+ * them; filled to the top, every other eviction of the class would
+ * overflow to the heap soon after. The other end is the same: a full
+ * stash gives back half (spill_half). */
 static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
-    unsigned want = stash_cap(cls);
+    unsigned want = stash_cap(cls) / 2;
     struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
     unsigned got = hak_heap_refill(t->heap, cls, &chain, want, 1), n = 0;
     s->allocates[cls] = 1;
@@ -390,6 +399,7 @@ static HAK_COLD void *take(struct hak_tls *t, unsigned cls) {
         struct stash_slot *v = s->stash[cls];
         p = v[--n].p;
         s->nstash[cls] = (uint8_t)n;
+        s->allocates[cls] = 1;
         if (HAK_UNLIKELY(!stash_intact(p, v[n].k, cls))) {
             hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
             return take(t, cls);   /* that one stays out of use */
@@ -454,6 +464,17 @@ static void return_all(struct hak_tls *t, struct hard_thread *s) {
     s->nreturn = 0;
 }
 
+/* Class cls's full stash gives its upper half back to the heap in one
+ * batch (see stash_fill): the blocks below, which a malloc takes after
+ * those, stay. Each keeps its mark until to_heap links it. */
+static HAK_NOINLINE void spill_half(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
+    unsigned n = s->nstash[cls], keep = n / 2;
+    void *v[HARD_STASH];
+    for (unsigned i = keep; i < n; i++) v[i - keep] = s->stash[cls][i].p;
+    s->nstash[cls] = (uint8_t)keep;
+    to_heap(t, v, n - keep);
+}
+
 /* The oldest quarantined block leaves: back to its heap (in batches) if
  * untouched; kept out of use (lost) after a report. Until its batch goes,
  * it keeps its quarantine mark (a second free of it is still found). */
@@ -470,7 +491,8 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
         hak_report_bad("free", p, HAK_REASON_WRITE_FREED);
         return;
     }
-    /* it joins its class's stash while there is room: no lock, no list.
+    /* it joins its class's stash (a full one gives half back first): no
+     * lock, no list.
      * In a thread that allocates the class, whichever heap owns it (as
      * the default's bins take any block of their class): a block another
      * thread allocated is reused here rather than sent to its owner,
@@ -478,7 +500,8 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
      * most frees are of such blocks). A thread that only frees the class
      * (a consumer) keeps none of other heaps' blocks for mallocs it never
      * makes: they go home. */
-    if (s->nstash[cls] < stash_cap(cls) && (s->allocates[cls] || hak_ss_owner(hak_ss_of(p)) == t->heap)) {
+    if (s->allocates[cls] || hak_ss_owner(hak_ss_of(p)) == t->heap) {
+        if (HAK_UNLIKELY(s->nstash[cls] == stash_cap(cls))) spill_half(t, s, cls);
         /* it keeps its quarantine mark (a free of it is a double free)
          * and its fill, checked again when taken; on top, the next
          * malloc of the class takes it while the check above left its
@@ -567,6 +590,7 @@ static HARD_FAST void *malloc_fast(size_t size) {
     char *p = v->p;
     uint64_t k = v->k, w = *(const word64 *)p;
     s->nstash[cls] = (uint8_t)n;
+    s->allocates[cls] = 1;   /* its stash may have been filled by evictions alone */
     if (n) prefetch_top(v - 1, cls);
     size_t bs = hak_class_size[cls];
     if (w == STASH_OF(k)) {
