@@ -507,6 +507,8 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
          * malloc of the class takes it while the check above left its
          * first line in the cache */
         s->stash[cls][s->nstash[cls]++] = (struct stash_slot){ p, mark ^ QUAR_OF(0) };
+        /* and the line of its size word, which that malloc writes */
+        __builtin_prefetch((char *)p + bs - 16, 1);
         return;
     }
     s->returning[s->nreturn++] = p;
