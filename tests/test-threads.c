@@ -1745,6 +1745,65 @@ test_hardened_stash_takes_foreign_blocks (void)
   g_unsetenv ("HT_FOREIGN_TWICE");
 }
 
+/* The hardened box hands out a run's blocks in a random order, given
+ * when they enter the thread's stash from the heap: two threads that
+ * start at once, each on a new heap of its own in a fresh process, take
+ * their first blocks of a class from runs carved in address order; each
+ * gets them in an order that is not the address order (up or down), and
+ * the two orders differ (each thread's stash draws from its own random
+ * state). */
+enum { ORDER_SIZE = 200, ORDER_N = 32 };
+static pthread_barrier_t order_start;
+
+static void *
+order_thread (void *arg)
+{
+  unsigned *rank = arg;
+  void *v[ORDER_N];
+  pthread_barrier_wait (&order_start);
+  for (unsigned i = 0; i < ORDER_N; i++)
+    v[i] = T (malloc) (ORDER_SIZE);
+  /* the order as ranks of the addresses: comparable between threads */
+  for (unsigned i = 0; i < ORDER_N; i++)
+    {
+      rank[i] = 0;
+      for (unsigned j = 0; j < ORDER_N; j++)
+        rank[i] += (uintptr_t) v[j] < (uintptr_t) v[i];
+    }
+  for (unsigned i = 0; i < ORDER_N; i++)
+    T (free) (v[i]);
+  return NULL;
+}
+
+static void
+test_hardened_order_random (void)
+{
+  if (!ht_safety_hardened ())
+    {
+      g_test_skip ("the random order is the hardened box's");
+      return;
+    }
+  if (!ht_in_fresh_process ())
+    return;
+  unsigned rank[2][ORDER_N];
+  g_assert_cmpint (pthread_barrier_init (&order_start, NULL, 2), ==, 0);
+  pthread_t a = spawn (order_thread, rank[0]), b = spawn (order_thread, rank[1]);
+  join (a);
+  join (b);
+  for (unsigned t = 0; t < 2; t++)
+    {
+      unsigned up = 0, down = 0;
+      for (unsigned i = 1; i < ORDER_N; i++)
+        {
+          up += rank[t][i] > rank[t][i - 1];
+          down += rank[t][i] < rank[t][i - 1];
+        }
+      g_assert_cmpuint (up, <, ORDER_N - 1);
+      g_assert_cmpuint (down, <, ORDER_N - 1);
+    }
+  g_assert_true (memcmp (rank[0], rank[1], sizeof rank[0]) != 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1776,6 +1835,7 @@ main (int argc, char **argv)
   g_test_add_func ("/threads/flush-returns-each-block-once", test_flush_returns_each_block_once);
   g_test_add_func ("/threads/hardened-quarantine-shared", test_hardened_quarantine_shared);
   g_test_add_func ("/threads/hardened-stash-takes-foreign-blocks", test_hardened_stash_takes_foreign_blocks);
+  g_test_add_func ("/threads/hardened-order-random", test_hardened_order_random);
 
   return g_test_run ();
 }
