@@ -459,20 +459,23 @@ static inline int still_poisoned(const void *p, size_t bs, uint64_t mark) {
     return diff == 0;
 }
 
-static void return_all(struct hak_tls *t, struct hard_thread *s) {
+static HAK_NOINLINE void return_all(struct hak_tls *t, struct hard_thread *s) {
     if (s->nreturn) to_heap(t, s->returning, s->nreturn);
     s->nreturn = 0;
 }
 
 /* Class cls's full stash gives its upper half back to the heap in one
  * batch (see stash_fill): the blocks below, which a malloc takes after
- * those, stay. Each keeps its mark until to_heap links it. */
-static HAK_NOINLINE void spill_half(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
+ * those, stay. Each keeps its mark until to_heap links it. Then block p
+ * (key k) goes on top: evict's tail call, as is return_all. */
+static HAK_NOINLINE void spill_half_push(struct hak_tls *t, struct hard_thread *s, unsigned cls, void *p,
+                                         uint64_t k) {
     unsigned n = s->nstash[cls], keep = n / 2;
     void *v[HARD_STASH];
     for (unsigned i = keep; i < n; i++) v[i - keep] = s->stash[cls][i].p;
     s->nstash[cls] = (uint8_t)keep;
     to_heap(t, v, n - keep);
+    s->stash[cls][s->nstash[cls]++] = (struct stash_slot){ p, k };
 }
 
 /* The oldest quarantined block leaves: back to its heap (in batches) if
@@ -501,7 +504,10 @@ static void evict(struct hak_tls *t, struct hard_thread *s) {
      * (a consumer) keeps none of other heaps' blocks for mallocs it never
      * makes: they go home. */
     if (s->allocates[cls] || hak_ss_owner(hak_ss_of(p)) == t->heap) {
-        if (HAK_UNLIKELY(s->nstash[cls] == stash_cap(cls))) spill_half(t, s, cls);
+        if (HAK_UNLIKELY(s->nstash[cls] == stash_cap(cls))) {
+            spill_half_push(t, s, cls, p, mark ^ QUAR_OF(0));
+            return;
+        }
         /* it keeps its quarantine mark (a free of it is a double free)
          * and its fill, checked again when taken; on top, the next
          * malloc of the class takes it while the check above left its
