@@ -104,17 +104,15 @@ static void *alloc_large(size_t size, size_t align) {
 
 static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align);
 static HAK_COLD void *hard_alloc_general(const struct hak_hardened_ops *hd, size_t size, size_t align);
+static HAK_COLD void *hard_alloc_rest(size_t size);
 
 HAK_NOINLINE void *hak_alloc_slow(size_t size) {
     hak_init();   /* the box is known from here on: no block escapes its guards */
     hak_fork_check_thread();
     const struct hak_hardened_ops *hd = hak_safety->hardened;
-    if (HAK_UNLIKELY(hd != NULL)) {
-        /* hard_alloc's steps, with no call between (every malloc of that
-         * box comes here) */
-        void *p = hd->malloc_fast(size);
-        return HAK_LIKELY(p != NULL) ? p : hard_alloc_general(hd, size, 0);
-    }
+    /* hard_alloc's steps, with no call between (every malloc of that box
+     * comes here) */
+    if (HAK_UNLIKELY(hd != NULL)) return hd->malloc_fast(size, hard_alloc_rest);
     if (size <= HAK_SMALL_MAX) return alloc_class(hak_class_of(size));
     return alloc_large(size, 0);
 }
@@ -222,7 +220,10 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     if (!p) return;
     hak_fork_check_thread();
     const struct hak_hardened_ops *hd = hak_safety->hardened;
-    if (HAK_UNLIKELY(hd != NULL) && hd->free_fast(p)) return;
+    if (HAK_UNLIKELY(hd != NULL)) {
+        hd->free_fast(p, free_checked);
+        return;
+    }
     free_checked(p);
 }
 
@@ -340,13 +341,15 @@ static HAK_COLD void *hard_alloc_general(const struct hak_hardened_ops *hd, size
     return p;
 }
 
+/* The general path of a malloc that malloc_fast did not settle. */
+static HAK_COLD void *hard_alloc_rest(size_t size) {
+    return hard_alloc_general(hak_safety->hardened, size, 0);
+}
+
 /* Its common case first, in a function of its own: with the general path
  * in the same function, every call paid for its stack frame. */
 static HAK_NOINLINE void *hard_alloc(const struct hak_hardened_ops *hd, size_t size, size_t align) {
-    if (align == 0) {
-        void *p = hd->malloc_fast(size);
-        if (HAK_LIKELY(p != NULL)) return p;
-    }
+    if (align == 0) return hd->malloc_fast(size, hard_alloc_rest);
     return hard_alloc_general(hd, size, align);
 }
 

@@ -585,15 +585,15 @@ static inline unsigned class_by_table(size_t need) {
 
 /* malloc of a small block from the thread's stash, guards written: the
  * same steps as the API's path through take and arm, with the key the
- * stash keeps and no call on the way. NULL when the request is not that case (no
- * state yet for the thread, a large request, an empty stash); the caller
- * then takes that path, which also refills. */
-static HARD_FAST void *malloc_fast(size_t size) {
+ * stash keeps and no call on the way. A request that is not that case
+ * (no state yet for the thread, a large request, an empty stash) goes on
+ * to general, the API's path, which also refills. */
+static HARD_FAST void *malloc_fast(size_t size, void *(*general)(size_t size)) {
     struct hard_thread *s = hard_self;   /* set: the thread has its heap (state 1) */
-    if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return NULL;
+    if (HAK_UNLIKELY(s == NULL) || size > HAK_SMALL_MAX - HARD_SMALL_TAIL) return general(size);
     unsigned cls = class_by_table(size + HARD_SMALL_TAIL);
     unsigned n = s->nstash[cls];
-    if (HAK_UNLIKELY(n == 0)) return NULL;
+    if (HAK_UNLIKELY(n == 0)) return general(size);
     struct stash_slot *v = &s->stash[cls][--n];
     char *p = v->p;
     uint64_t k = v->k, w = *(const word64 *)p;
@@ -606,7 +606,7 @@ static HARD_FAST void *malloc_fast(size_t size) {
         bs = hak_slab_of(hak_ss_of(p), p)->block_size;
     } else if (HAK_UNLIKELY(!still_poisoned(p, bs, QUAR_OF(k)))) {
         hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
-        return NULL;   /* that one stays out of use */
+        return general(size);   /* that one stays out of use */
     }
     hak_mark_clear(p);
     ((word64 *)p)[1] = 0;   /* the link's check word */
@@ -632,12 +632,12 @@ static HAK_NOINLINE unsigned run_block_class(void *p) {
 
 /* free of a live small block whose guards are intact, into the
  * quarantine: the checks of hardened_classify, check and release_small
- * with one key mix. 0 (and nothing done) for anything else: the API's
- * path then checks it again and reports what is wrong. */
-static HARD_FAST int free_fast(void *p) {
+ * with one key mix. Anything else goes on, untouched, to general, the
+ * API's path, which checks it again and reports what is wrong. */
+static HARD_FAST void free_fast(void *p, void (*general)(void *p)) {
     struct hard_thread *s = hard_self;
     size_t budget = __atomic_load_n(&quar_share.budget, __ATOMIC_RELAXED);
-    if (HAK_UNLIKELY(s == NULL) || !budget) return 0;
+    if (HAK_UNLIKELY(s == NULL) || !budget) return general(p);
     /* the block's first line (its mark, and its head guard unless it
      * starts a line), which the checks below wait for: asked for before
      * them (a prefetch of any address is harmless) */
@@ -648,9 +648,9 @@ static HARD_FAST int free_fast(void *p) {
     if (HAK_LIKELY(tag < HAK_TAG_HOLLOW && live_checks[cls].limit)) {
         /* the hit path's test, on the box's own copy of its table: a
          * block start of the page's run, every block of the page carved */
-        if ((uint64_t)(uint16_t)(uintptr_t)p * live_checks[cls].mul >= live_checks[cls].limit) return 0;
+        if ((uint64_t)(uint16_t)(uintptr_t)p * live_checks[cls].mul >= live_checks[cls].limit) return general(p);
     } else if (!(cls = run_block_class(p))) {
-        return 0;
+        return general(p);
     }
     /* The canary lies in the block's last lines, within a class step (an
      * eighth to a quarter) before its end: its loads would wait for the
@@ -659,11 +659,10 @@ static HARD_FAST int free_fast(void *p) {
     __builtin_prefetch(end);
     __builtin_prefetch(end - 64);
     __builtin_prefetch(end - 128);
-    if (hak_mark_is_set(p)) return 0;
+    if (hak_mark_is_set(p)) return general(p);
     uint64_t k = block_key(p), w = *(const word64 *)p;
-    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return 0;
+    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return general(p);
     quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
-    return 1;
 }
 
 /* ---- the box ----------------------------------------------------------- */

@@ -81,11 +81,13 @@ struct hak_hardened_ops {
     /* In a child after fork: its one thread is the only one with state. */
     void (*fork_child)(void);
     /* The common cases in one call each, tried first: malloc of a small
-     * block the thread has at hand (NULL: take the path above), and free
-     * of a live small block with intact guards (0, with nothing done:
-     * take the path above, which reports what is wrong). */
-    void *(*malloc_fast)(size_t size);
-    int (*free_fast)(void *p);
+     * block the thread has at hand, and free of a live small block with
+     * intact guards. Anything else goes on to the caller's general path,
+     * passed as general (the paths above, which refill, and report what
+     * is wrong), by a tail call: the caller needs no stack frame to come
+     * back to. */
+    void *(*malloc_fast)(size_t size, void *(*general)(size_t size));
+    void (*free_fast)(void *p, void (*general)(void *p));
 };
 HAK_DATA const struct hak_safety_ops *hak_safety;
 
