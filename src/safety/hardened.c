@@ -583,6 +583,14 @@ static inline unsigned class_by_table(size_t need) {
     return (unsigned)(at / HAK_TAG_SCALE);
 }
 
+/* A stashed block written after its free: reported and kept out of use;
+ * the malloc goes on (a call of its own, at the end of malloc_fast, which
+ * then keeps nothing across a call and needs no stack frame). */
+static HAK_NOINLINE void *written_after_free(void *p, size_t size, void *(*general)(size_t size)) {
+    hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
+    return general(size);
+}
+
 /* malloc of a small block from the thread's stash, guards written: the
  * same steps as the API's path through take and arm, with the key the
  * stash keeps and no call on the way. A request that is not that case
@@ -605,8 +613,7 @@ static HARD_FAST void *malloc_fast(size_t size, void *(*general)(size_t size)) {
         /* from the heap: it may be of a larger class standing in */
         bs = hak_slab_of(hak_ss_of(p), p)->block_size;
     } else if (HAK_UNLIKELY(!still_poisoned(p, bs, QUAR_OF(k)))) {
-        hak_report_bad("malloc", p, HAK_REASON_WRITE_FREED);
-        return general(size);   /* that one stays out of use */
+        return written_after_free(p, size, general);
     }
     hak_mark_clear(p);
     ((word64 *)p)[1] = 0;   /* the link's check word */
