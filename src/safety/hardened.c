@@ -352,7 +352,7 @@ static inline void prefetch_top(const struct stash_slot *top, unsigned cls) {
  * from full, and next reaches either only after about (room / 2)^2 of
  * them; filled to the top, every other eviction of the class would
  * overflow to the heap soon after. The other end is the same: a full
- * stash gives back half (spill_half). */
+ * stash gives back half (spill_half_push). */
 static unsigned stash_fill(struct hak_tls *t, struct hard_thread *s, unsigned cls) {
     unsigned want = stash_cap(cls) / 2;
     struct hak_bin chain = { 0 };   /* no room: carves no more than asked */
@@ -644,7 +644,7 @@ static HAK_NOINLINE unsigned run_block_class(void *p) {
 static HARD_FAST void free_fast(void *p, void (*general)(void *p)) {
     struct hard_thread *s = hard_self;
     size_t budget = __atomic_load_n(&quar_share.budget, __ATOMIC_RELAXED);
-    if (HAK_UNLIKELY(s == NULL) || !budget) return general(p);
+    if (HAK_UNLIKELY(s == NULL) || !budget) goto general_path;
     /* the block's first line (its mark, and its head guard unless it
      * starts a line), which the checks below wait for: asked for before
      * them (a prefetch of any address is harmless) */
@@ -655,9 +655,9 @@ static HARD_FAST void free_fast(void *p, void (*general)(void *p)) {
     if (HAK_LIKELY(tag < HAK_TAG_HOLLOW && live_checks[cls].limit)) {
         /* the hit path's test, on the box's own copy of its table: a
          * block start of the page's run, every block of the page carved */
-        if ((uint64_t)(uint16_t)(uintptr_t)p * live_checks[cls].mul >= live_checks[cls].limit) return general(p);
+        if ((uint64_t)(uint16_t)(uintptr_t)p * live_checks[cls].mul >= live_checks[cls].limit) goto general_path;
     } else if (!(cls = run_block_class(p))) {
-        return general(p);
+        goto general_path;
     }
     /* The canary lies in the block's last lines, within a class step (an
      * eighth to a quarter) before its end: its loads would wait for the
@@ -666,10 +666,14 @@ static HARD_FAST void free_fast(void *p, void (*general)(void *p)) {
     __builtin_prefetch(end);
     __builtin_prefetch(end - 64);
     __builtin_prefetch(end - 128);
-    if (hak_mark_is_set(p)) return general(p);
+    if (hak_mark_is_set(p)) goto general_path;
     uint64_t k = block_key(p), w = *(const word64 *)p;
-    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k)) return general(p);
+    if (w == QUAR_OF(k) || w == STASH_OF(k) || !guards_hold(p, guard_end(hak_class_size[cls], 0), k))
+        goto general_path;
     quarantine(&hak_tls, s, p, cls, budget, QUAR_OF(k));
+    return;
+general_path:
+    general(p);   /* a tail call */
 }
 
 /* ---- the box ----------------------------------------------------------- */
