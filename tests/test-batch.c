@@ -424,9 +424,9 @@ test_growth_flushes_idle_tiny_bin (void)
  * bins of three classes (about 360 KiB) go back at the misses of a
  * fourth; with the thread alone they stay (the clock is off and the heap
  * grows by less than a step, so nothing else empties them). */
-enum { SHARE_IDLE = 160, SHARE_KEPT = 12, SHARE_MISSES = 8 };
+enum { SHARE_IDLE = 160, SHARE_KEPT = 12, SHARE_CYCLE = 200, SHARE_CYCLES = 12 };
 static const size_t share_sizes[3] = { 8 * 1024, 10 * 1024, 12 * 1024 };
-static void *share_blocks[3 * SHARE_KEPT + SHARE_MISSES];
+static void *share_blocks[3 * SHARE_KEPT + SHARE_CYCLE];
 static ht_stage share_stage = HT_STAGE_INIT;
 
 static void *
@@ -447,11 +447,16 @@ fill_bins_then_miss (void *arg)
   for (unsigned i = 0; i < 3 * SHARE_KEPT; i++)
     T (free) (share_blocks[i]);
   struct hak_stats filled = ht_stats ();
-  /* a larger class, whose misses no smaller class's bin stands in for */
+  /* the misses of a smaller class (whose bin the larger ones do not
+   * stand in for): more blocks than its bin holds, again and again; the
+   * bins are looked at every few misses */
   void **miss = share_blocks + 3 * SHARE_KEPT;
-  ht_alloc_filled (miss, SHARE_MISSES, 32 * 1024, 0x3C);
-  for (unsigned i = 0; i < SHARE_MISSES; i++)
-    T (free) (miss[i]);
+  for (unsigned c = 0; c < SHARE_CYCLES; c++)
+    {
+      ht_alloc_filled (miss, SHARE_CYCLE, 1100, 0x3C);
+      for (unsigned i = 0; i < SHARE_CYCLE; i++)
+        T (free) (miss[i]);
+    }
   *flushed = ht_stats ().idle_bin_blocks - filled.idle_bin_blocks;
   return NULL;
 }
