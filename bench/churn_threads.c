@@ -5,7 +5,8 @@
  * CONCURRENCY chains of threads run at once, THREADS threads in total. Each
  * thread frees the few blocks its predecessor in the chain left behind
  * (blocks of a thread that has exited), does ALLOCS random replacements in a
- * 64-slot working set (7/8 of sizes 16..512 B, 1/8 of 1..32 KiB), frees its
+ * 64-slot working set (7/8 of sizes 16..512 B, 1/8 of 1..32 KiB, each block
+ * written in every page it spans: bench_touch), frees its
  * working set except 4 survivors, starts its successor and exits.
  * One op = one malloc+free pair; ops = THREADS * ALLOCS. Also reports the RSS
  * after all threads have ended (final_rss_kb). */
@@ -52,7 +53,7 @@ static BENCH_NOINLINE void *bench_timed_churn_thread(void *arg)
         char *p = malloc(size);
         if (!p)
             bench_oom(size);
-        p[0] = (char)i;
+        bench_touch(p, size, (char)i);
         ws[idx] = p;
     }
     for (unsigned i = 0; i < WS; i++) {

@@ -9,7 +9,8 @@
  * chain and exits; the successor takes over the working set it left and
  * frees those blocks (of a thread that has ended) as it replaces them. An op replaces a random block of a 64-block
  * working set: 15/16 of sizes 16..512 B, 1/16 of 1..32 KiB, 1/1024 of
- * 256 KiB..1 MiB. Every fourth new block is swapped into a shared array
+ * 256 KiB..1 MiB, each written in every page it spans (bench_touch). Every
+ * fourth new block is swapped into a shared array
  * of 4 slots per thread instead, and the block that comes out, most likely
  * another thread's, is freed. One op = one malloc+free pair. With THREADS
  * well above the cores, allocator locks are often held by a thread the
@@ -58,7 +59,7 @@ static BENCH_NOINLINE void *bench_timed_oversub_thread(void *arg)
         char *p = malloc(size);
         if (!p)
             bench_oom(size);
-        p[0] = (char)i;
+        bench_touch(p, size, (char)i);
         if ((i & 3) == 0) {
             size_t s = bench_rng_below(&rng, (uint32_t)nshared);
             p = atomic_exchange_explicit(&shared[s], p, memory_order_acq_rel);

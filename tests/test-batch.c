@@ -417,6 +417,90 @@ test_growth_flushes_idle_tiny_bin (void)
   run_in_thread (fill_bin_then_grow, &c);
 }
 
+/* A thread's mid bins hold more than its share of what all threads' bins
+ * may hold together (pool/tls.c: 32 MiB over the threads that own a heap,
+ * 256 KiB at least): its misses send back the bins idle since the last
+ * look. With 160 other threads alive the share is the floor, and the
+ * bins of three classes (about 360 KiB) go back at the misses of a
+ * fourth; with the thread alone they stay (the clock is off and the heap
+ * grows by less than a step, so nothing else empties them). */
+enum { SHARE_IDLE = 160, SHARE_KEPT = 12, SHARE_CYCLE = 200, SHARE_CYCLES = 12 };
+static const size_t share_sizes[3] = { 8 * 1024, 10 * 1024, 12 * 1024 };
+static void *share_blocks[3 * SHARE_KEPT + SHARE_CYCLE];
+static ht_stage share_stage = HT_STAGE_INIT;
+
+static void *
+idle_heap_owner (void *arg)
+{
+  (void) arg;
+  T (free) (T (malloc) (64));   /* the thread owns a heap from here */
+  ht_stage_wait (&share_stage, 1);
+  return NULL;
+}
+
+static void *
+fill_bins_then_miss (void *arg)
+{
+  unsigned long long *flushed = arg;
+  for (unsigned k = 0; k < 3; k++)
+    ht_alloc_filled (share_blocks + k * SHARE_KEPT, SHARE_KEPT, share_sizes[k], 0x5A);
+  for (unsigned i = 0; i < 3 * SHARE_KEPT; i++)
+    T (free) (share_blocks[i]);
+  struct hak_stats filled = ht_stats ();
+  /* the misses of a smaller class (whose bin the larger ones do not
+   * stand in for): more blocks than its bin holds, again and again; the
+   * bins are looked at every few misses */
+  void **miss = share_blocks + 3 * SHARE_KEPT;
+  for (unsigned c = 0; c < SHARE_CYCLES; c++)
+    {
+      ht_alloc_filled (miss, SHARE_CYCLE, 1100, 0x3C);
+      for (unsigned i = 0; i < SHARE_CYCLE; i++)
+        T (free) (miss[i]);
+    }
+  *flushed = ht_stats ().idle_bin_blocks - filled.idle_bin_blocks;
+  return NULL;
+}
+
+static unsigned long long
+bins_flushed_with_others (unsigned others)
+{
+  pthread_t idle[SHARE_IDLE];
+  g_assert_cmpuint (others, <=, SHARE_IDLE);
+  for (unsigned i = 0; i < others; i++)
+    g_assert_cmpint (pthread_create (&idle[i], NULL, idle_heap_owner, NULL), ==, 0);
+  unsigned long long flushed = 0;
+  /* the idle threads own their heaps once their first free is done */
+  while (others && ht_stats ().heaps < others + 1)
+    g_usleep (1000);
+  run_in_thread (fill_bins_then_miss, &flushed);
+  ht_stage_set (&share_stage, 1);
+  for (unsigned i = 0; i < others; i++)
+    g_assert_cmpint (pthread_join (idle[i], NULL), ==, 0);
+  return flushed;
+}
+
+static void
+test_mid_bins_over_share_flushed (void)
+{
+  if (!ht_pool_bins_or_skip ("no Pool TLS box: mid blocks are not cached"))
+    return;
+  if (!in_fresh_process ("0"))
+    return;
+  unsigned long long flushed = bins_flushed_with_others (SHARE_IDLE);
+  g_test_message ("%llu blocks of idle bins flushed", flushed);
+  g_assert_cmpuint (flushed, >=, 3 * SHARE_KEPT);
+}
+
+static void
+test_mid_bins_within_share_kept (void)
+{
+  if (!ht_pool_bins_or_skip ("no Pool TLS box: mid blocks are not cached"))
+    return;
+  if (!in_fresh_process ("0"))
+    return;
+  g_assert_cmpuint (bins_flushed_with_others (0), ==, 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -428,5 +512,7 @@ main (int argc, char **argv)
   g_test_add_func ("/batch/ordered-flush-puts-stretches", test_ordered_flush_puts_stretches);
   g_test_add_func ("/batch/growth-flushes-idle-mid-bin", test_growth_flushes_idle_mid_bin);
   g_test_add_func ("/batch/growth-flushes-idle-tiny-bin", test_growth_flushes_idle_tiny_bin);
+  g_test_add_func ("/batch/mid-bins-over-share-flushed", test_mid_bins_over_share_flushed);
+  g_test_add_func ("/batch/mid-bins-within-share-kept", test_mid_bins_within_share_kept);
   return g_test_run ();
 }

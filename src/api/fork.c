@@ -65,6 +65,7 @@ static void fork_child(void) {
     hak_ss_fork_child();
     hak_xfer_fork_child();
     hak_heap_fork_child();
+    hak_heaps_owned_fork_child(hak_tls.heap != NULL);
     if (hak_safety && hak_safety->hardened) hak_safety->hardened->fork_child();
     /* This handler running proves the registration done, even if the
      * fork landed before the registering thread, absent here, said so. */

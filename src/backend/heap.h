@@ -110,6 +110,11 @@ struct hak_heap {
 
 struct hak_heap *hak_heap_acquire(void);   /* adopt an abandoned heap or make one */
 void hak_heap_abandon(struct hak_heap *h); /* after its thread's caches were flushed */
+/* Heaps a live thread owns now (acquired and not abandoned): how many
+ * threads share what caches may hold (pool/tls.c). Read without a lock. */
+unsigned hak_heaps_owned(void);
+/* fork() child: only the forking thread lives on (has_heap: it owns one) */
+void hak_heaps_owned_fork_child(int has_heap);
 
 /* Moves up to want blocks of class cls onto the bin. Returns how many
  * (0: out of memory; or, when !may_grow, no free block was resident and

@@ -4,7 +4,7 @@
 #include "backend/heap_int.h"
 #include "os/os.h"
 
-struct hak_heap *hak_heap_acquire(void) {
+static struct hak_heap *acquire_one(void) {
     struct hak_heap *h = hak_heap_abandoned_take();
     if (h) {
         /* no recent high yet (see keep_for_recent_high) */
@@ -20,6 +20,21 @@ struct hak_heap *hak_heap_acquire(void) {
     return hak_heap_new();
 }
 
+/* Threads that own a heap now: hak_heaps_owned (heap.h). */
+static _Atomic unsigned owned;
+
+unsigned hak_heaps_owned(void) { return atomic_load_explicit(&owned, memory_order_relaxed); }
+
+void hak_heaps_owned_fork_child(int has_heap) {
+    atomic_store_explicit(&owned, has_heap ? 1u : 0u, memory_order_relaxed);
+}
+
+struct hak_heap *hak_heap_acquire(void) {
+    struct hak_heap *h = acquire_one();
+    if (h) atomic_fetch_add_explicit(&owned, 1, memory_order_relaxed);
+    return h;
+}
+
 /* The heap keeps its current runs, emptied or not, with their free blocks
  * already carved: the thread that adopts it next (often one just like the
  * one that exited) allocates from the same pages instead of carving new
@@ -28,6 +43,7 @@ struct hak_heap *hak_heap_acquire(void) {
  * heaps"). Runs nobody adopts are released after a decay period
  * (scavenge_one). */
 void hak_heap_abandon(struct hak_heap *h) {
+    atomic_fetch_sub_explicit(&owned, 1, memory_order_relaxed);
     hak_spin_lock(&h->lock);
     /* orphaned before the last drain: a thread pushing to the inbox from
      * now on either is drained here or sees the flag (pushed_to_orphan in

@@ -71,6 +71,20 @@ static void count_refill(struct hak_heap *h, unsigned cls, unsigned got) {
     hak_spin_unlock(&h->lock);
 }
 
+/* Bin c goes back if the last look saw the same head; the look is now. */
+static void trim_if_idle(struct hak_tls *t, unsigned c) {
+    struct hak_heap *h = t->heap;
+    struct hak_bin *b = &t->bins[c];
+    if (b->head && b->head == h->bin_mark[c]) {
+        unsigned n = hak_bin_count(b);
+        hak_heap_flush(h, b, n, 0);
+        heap_count(h, &h->st.idle_bins, 1);
+        heap_count(h, &h->st.idle_bin_blocks, n);
+        b->room = b->max = bin_start(c);   /* empty now */
+    }
+    h->bin_mark[c] = b->head;
+}
+
 void hak_cache_trim_idle(struct hak_tls *t) {
     struct hak_heap *h = t->heap;
     int ticked = h->bins_seen_tick != h->st.decay_ticks;
@@ -80,17 +94,12 @@ void hak_cache_trim_idle(struct hak_tls *t) {
         h->bins_seen_tick = h->st.decay_ticks;
         hak_xfer_send_idle(h, (uint32_t)hak_opt(HAK_OPT_DECAY_MS));
     }
-    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) {
-        struct hak_bin *b = &t->bins[c];
-        if (b->head && b->head == h->bin_mark[c]) {
-            unsigned n = hak_bin_count(b);
-            hak_heap_flush(h, b, n, 0);
-            heap_count(h, &h->st.idle_bins, 1);
-            heap_count(h, &h->st.idle_bin_blocks, n);
-            b->room = b->max = bin_start(c);   /* empty now */
-        }
-        h->bin_mark[c] = b->head;
-    }
+    for (unsigned c = HAK_CLASS_FIRST; c < HAK_NCLASS; c++) trim_if_idle(t, c);
+}
+
+void hak_cache_trim_mid(struct hak_tls *t, unsigned keep) {
+    for (unsigned c = HAK_TINY_LAST + 1; c <= HAK_MID_LAST; c++)
+        if (c != keep) trim_if_idle(t, c);
 }
 
 /* A thread's bin of a class a little larger than cls (one that stands in

@@ -89,6 +89,9 @@ void  hak_cache_free_to_heap(struct hak_tls *t, void *p);
 /* On a miss (any box): bins with no pop since the heap's last decay tick
  * or step of growth go back to the heap (front/batch.c). */
 void  hak_cache_trim_idle(struct hak_tls *t);
+/* The same look at the mid bins only, but keep's (pool/tls.c: a thread
+ * whose mid bins hold more than its share). */
+void  hak_cache_trim_mid(struct hak_tls *t, unsigned keep);
 /* Every cached block back to the heaps that own it: at thread exit
  * (keep_runs: runs emptied stay with the heap, for the thread that adopts
  * it) or under memory pressure (they go back to their SuperSlabs). */
