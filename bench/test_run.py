@@ -160,9 +160,10 @@ class ProgramWorkloads(unittest.TestCase):
     def test_missing_program_is_skipped(self):
         w = _program(needs={"/nonexistent/bin/prog": "prog-package"}, cmd=["/nonexistent/bin/prog"])
         with tempfile.TemporaryDirectory() as d:
-            recs = run.run_program(w, [_allocator("glibc"), _allocator("hakmem", kind="hakmem")],
-                                   [], 1, 30, d)
+            recs, rounds = run.run_program(
+                w, [_allocator("glibc"), _allocator("hakmem", kind="hakmem")], [], 1, 30, d)
         self.assertEqual([r["status"] for r in recs], ["missing", "missing"])
+        self.assertEqual(rounds, 0)
         self.assertEqual(recs[0]["message"],
                          "skipped: /nonexistent/bin/prog not found (apt-get install prog-package)")
         self.assertEqual(recs[1]["runs"], [])
@@ -172,10 +173,24 @@ class ProgramWorkloads(unittest.TestCase):
 class ProgramRuns(unittest.TestCase):
     """run_program on small Python commands, two runs per row."""
 
-    def run_fake(self, w, allocators=None):
+    def run_fake(self, w, allocators=None, budget_s=0.0):
         with tempfile.TemporaryDirectory() as d:
-            return {r["allocator"]: r for r in run.run_program(
-                w, allocators or [_allocator("glibc")], [], 2, 60, d)}
+            recs, self.rounds = run.run_program(
+                w, allocators or [_allocator("glibc")], [], 2, 60, d, budget_s)
+            return {r["allocator"]: r for r in recs}
+
+    def test_short_program_gets_more_rounds(self):
+        # a round far shorter than the budget: MAX_ROUNDS_FACTOR times the
+        # runs asked for; without a budget, exactly those
+        w = _program(cmd=[sys.executable, "-c", "print(1)"], check="stdout")
+        rec = self.run_fake(w, budget_s=3600.0)["glibc"]
+        self.assertEqual(self.rounds, 2 * run.MAX_ROUNDS_FACTOR)
+        self.assertEqual(len(rec["runs"]), 2 * run.MAX_ROUNDS_FACTOR)
+        rec = self.run_fake(w)["glibc"]
+        self.assertEqual((self.rounds, len(rec["runs"])), (2, 2))
+        # a budget smaller than one round: the runs asked for, no fewer
+        rec = self.run_fake(w, budget_s=0.001)["glibc"]
+        self.assertEqual((self.rounds, len(rec["runs"])), (2, 2))
 
     def test_setup_prepare_and_runs(self):
         # setup writes a file once; prepare puts a marker before every run,
