@@ -507,6 +507,12 @@ static int freed_block(void *p, enum hak_ptr_kind k, const struct hak_ptr_info *
 }
 
 HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
+    /* A live block the tag window vouches for, as on free's hit path:
+     * programs that account their heap (redis's zmalloc) ask this of
+     * every block they allocate and free. Everything else, freed blocks
+     * and the hardened box's included, takes the full classification. */
+    uintptr_t at;
+    if (HAK_LIKELY(hak_live_block(p, &at))) return hak_track_usable(p, hak_class_size[at / HAK_TAG_SCALE]);
     if (!p) return 0;
     hak_fork_check_thread();   /* a large block's header is read counted */
     struct hak_ptr_info info;
