@@ -464,17 +464,24 @@ static HAK_NOINLINE void return_all(struct hak_tls *t, struct hard_thread *s) {
     s->nreturn = 0;
 }
 
+/* Class cls's stashed blocks from slot `keep` up go back to the heap in
+ * one batch; those below stay. */
+static void stash_to_heap(struct hak_tls *t, struct hard_thread *s, unsigned cls, unsigned keep) {
+    unsigned n = s->nstash[cls];
+    if (n <= keep) return;
+    void *v[HARD_STASH];
+    for (unsigned i = keep; i < n; i++) v[i - keep] = s->stash[cls][i].p;
+    s->nstash[cls] = (uint8_t)keep;
+    to_heap(t, v, n - keep);
+}
+
 /* Class cls's full stash gives its upper half back to the heap in one
  * batch (see stash_fill): the blocks below, which a malloc takes after
  * those, stay. Each keeps its mark until to_heap links it. Then block p
  * (key k) goes on top: evict's tail call, as is return_all. */
 static HAK_NOINLINE void spill_half_push(struct hak_tls *t, struct hard_thread *s, unsigned cls, void *p,
                                          uint64_t k) {
-    unsigned n = s->nstash[cls], keep = n / 2;
-    void *v[HARD_STASH];
-    for (unsigned i = keep; i < n; i++) v[i - keep] = s->stash[cls][i].p;
-    s->nstash[cls] = (uint8_t)keep;
-    to_heap(t, v, n - keep);
+    stash_to_heap(t, s, cls, s->nstash[cls] / 2);
     s->stash[cls][s->nstash[cls]++] = (struct stash_slot){ p, k };
 }
 
@@ -552,11 +559,7 @@ static HAK_COLD void thread_exit(struct hak_tls *t) {
     if (!s) return;
     while (s->quar_count) evict(t, s);
     return_all(t, s);
-    for (unsigned c = 0; c < HAK_NCLASS; c++) {
-        void *v[HARD_STASH];
-        for (unsigned i = 0; i < s->nstash[c]; i++) v[i] = s->stash[c][i].p;
-        if (s->nstash[c]) to_heap(t, v, s->nstash[c]);
-    }
+    for (unsigned c = 0; c < HAK_NCLASS; c++) stash_to_heap(t, s, c, 0);
     hard_self = NULL;
     budget_update(-1);
     void *self = s;
